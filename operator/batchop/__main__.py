@@ -1,0 +1,5 @@
+import sys
+
+from batchop.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,58 @@
+"""The `batchop` command: one sub-command per module in this package.
+
+Each command module defines `register(subparsers)` which adds its parser and sets
+`func` (a callable taking the parsed args and returning an exit code). Modules are
+imported eagerly but must keep heavy imports (kopf, matplotlib, tritonclient) inside
+their `run` functions so that `batchop --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Sub-command modules, in the order `--help` lists them.
+COMMAND_MODULES = [
+    "batchop.cli.run",
+    "batchop.cli.crd",
+    "batchop.cli.render",
+    "batchop.cli.simulate",
+    "batchop.cli.plan",
+    "batchop.cli.bench",
+    "batchop.cli.local",
+    "batchop.cli.load",
+    "batchop.cli.demo",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="batchop",
+        description="Operator for batched inference on Triton: tunes the queue delay and "
+        "replica count of each BatchedModel to keep p99 within its SLO with the fewest GPUs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # command not built yet in this checkout
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The data the tuning policy reads and returns.
+
+These types are the seam between the policy and its two callers: the operator (which fills
+`Observation` from Prometheus and the API server) and the simulator (which fills it from its
+own scraped counters). Both must build the same values, so they are plain frozen dataclasses
+with no behaviour beyond convenience constructors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TuningSpec:
+    """What the policy must respect, taken from a BatchedModel's spec."""
+
+    slo_ms: float
+    max_batch_size: int
+    min_replicas: int = 1
+    max_replicas: int = 8
+    min_delay_us: int = 0
+    max_delay_us: int = 20_000
+    start_delay_us: int = 500
+    start_replicas: int = 1
+    preferred_batch_sizes: tuple[int, ...] = ()
+    tune_delay: bool = True
+    tune_replicas: bool = True
+    interval_s: float = 30.0
+    gpus_per_replica: int = 1
+    # Optional prior for the batch-latency curve: (batch size, milliseconds) points, e.g.
+    # from a profile. The policy refines it from observations.
+    prior_batch_latency_ms: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What Prometheus (and the API server) showed for one BatchedModel at one tick.
+
+    Rates and averages are over the scrape rate window. `None` means the series was missing.
+    """
+
+    time_s: float
+    rps: float | None = None
+    avg_batch: float | None = None  # inference count / execution count
+    queue_ms: float | None = None  # mean queue time per request
+    compute_ms: float | None = None  # mean compute (infer) time per request = per execution
+    p99_ms: float | None = None  # server-side p99 (queue + compute), worst pod
+    pending: float | None = None  # requests waiting, summed over pods
+    replicas: int = 1  # desired replicas (the Deployment's count)
+    ready_replicas: int = 1
+    delay_us: int = 0  # delay applied on the ready replicas
+    age_s: float = 0.0  # how old the newest sample is
+    # Replicas the cluster could still schedule beyond the current count (None: unknown).
+    schedulable_headroom: int | None = None
+
+    @property
+    def starting_replicas(self) -> int:
+        return max(0, self.replicas - self.ready_replicas)
+
+    @property
+    def complete(self) -> bool:
+        return None not in (self.rps, self.avg_batch, self.compute_ms, self.p99_ms)
+
+
+@dataclass(frozen=True)
+class TuningState:
+    """What the policy remembers between ticks. Opaque to callers: store and pass back."""
+
+    # Learned batch-latency curve: batch size bucket -> (EWMA compute ms, weight).
+    curve: tuple[tuple[float, float, float], ...] = ()
+    # Recent desired replica counts with their times, for the scale-down stabilisation window.
+    recommendations: tuple[tuple[float, int], ...] = ()
+    last_scale_up_s: float | None = None
+    last_scale_down_s: float | None = None
+    last_delay_change_s: float | None = None
+    extra: tuple[tuple[str, float], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to run next, and why. `changed` is false for a hold."""
+
+    replicas: int
+    delay_us: int
+    reason: str
+    state: TuningState
+    kind: str = "hold"  # hold | scale-up | scale-down | delay-up | delay-down | ...
+    predicted_p99_ms: float | None = None
+
+    def changes(self, obs: Observation) -> bool:
+        return self.replicas != obs.replicas or self.delay_us != obs.delay_us
