@@ -1,0 +1,270 @@
+"""The operator's own Prometheus metrics, served on `/metrics` by `batchop run`.
+
+Triton's metrics say what the models did; these say what batchop did about it: which
+decisions it took and why, what it applied, how long a tuning tick took, how often a
+reconcile failed and how slow Prometheus was to answer. The Grafana dashboard draws its
+decision annotations, applied delay, desired replicas and SLO line from them.
+
+All metrics live in one `OperatorMetrics` object with its own registry, so tests can make a
+fresh one; the operator uses the module-level `METRICS` through the plain functions below.
+Label values per BatchedModel are `namespace` and `batchedmodel` (the object's name), the
+same label names the Triton series carry in Prometheus, so the two join without relabelling.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass, field
+from threading import Thread
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
+
+BM_LABELS = ("namespace", "batchedmodel")
+DEFAULT_PORT = 8000
+
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
+_SPACES = re.compile(r"\s+")
+_REASON_MAX = 80
+
+
+def reason_label(reason: str) -> str:
+    """The decision reason as a bounded-cardinality label: numbers become `#`.
+
+    Reasons are sentences with measured figures in them ("p99 61.2ms over SLO 50ms"); as a
+    label each new figure would be a new series. Replacing the figures (not digits inside
+    words, so "p99" stays) keeps one series per
+    kind of reason while staying readable in a dashboard annotation. The full text stays in
+    the BatchedModel's status and events.
+    """
+    text = _SPACES.sub(" ", _NUMBER.sub("#", reason)).strip()
+    if len(text) > _REASON_MAX:
+        text = text[: _REASON_MAX - 1].rstrip() + "…"
+    return text or "unspecified"
+
+
+@dataclass
+class OperatorMetrics:
+    """Every metric the operator exports, registered in `registry`."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    process_collectors: bool = True
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        if self.process_collectors:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+        self.decisions = Counter(
+            "batchop_decisions",
+            "Tuning decisions that changed the delay or replicas, by kind and reason.",
+            [*BM_LABELS, "kind", "reason"],
+            registry=r,
+        )
+        self.last_decision_time = Gauge(
+            "batchop_last_decision_timestamp_seconds",
+            "Unix time of the last decision that changed something.",
+            BM_LABELS,
+            registry=r,
+        )
+        self.applied_delay = Gauge(
+            "batchop_applied_queue_delay_microseconds",
+            "max_queue_delay_microseconds applied on every ready replica.",
+            BM_LABELS,
+            registry=r,
+        )
+        self.desired_delay = Gauge(
+            "batchop_desired_queue_delay_microseconds",
+            "max_queue_delay_microseconds the tuner wants.",
+            BM_LABELS,
+            registry=r,
+        )
+        self.desired_replicas = Gauge(
+            "batchop_desired_replicas",
+            "Replica count batchop set on the Deployment.",
+            BM_LABELS,
+            registry=r,
+        )
+        self.ready_replicas = Gauge(
+            "batchop_ready_replicas",
+            "Ready replicas of the BatchedModel's Deployment.",
+            BM_LABELS,
+            registry=r,
+        )
+        self.slo = Gauge(
+            "batchop_slo_p99_milliseconds",
+            "The BatchedModel's p99 latency SLO (spec.slo.p99LatencyMilliseconds).",
+            BM_LABELS,
+            registry=r,
+        )
+        self.tick_duration = Histogram(
+            "batchop_tick_duration_seconds",
+            "Wall time of one tuning tick for all BatchedModels (query, decide, act).",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.reconcile_errors = Counter(
+            "batchop_reconcile_errors",
+            "Reconcile or tuning steps that raised, by stage.",
+            [*BM_LABELS, "stage"],
+            registry=r,
+        )
+        self.query_duration = Histogram(
+            "batchop_prometheus_query_duration_seconds",
+            "Latency of Prometheus queries, by query name (one query per metric per tick).",
+            ["query"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.query_errors = Counter(
+            "batchop_prometheus_query_errors",
+            "Prometheus queries that failed, by query name.",
+            ["query"],
+            registry=r,
+        )
+        # Label sets of the counters with extra labels, per BatchedModel, for `forget`.
+        self._counter_labels: dict[tuple[str, str], set[tuple[Counter, tuple[str, ...]]]] = {}
+
+    def _remember(self, counter: Counter, labels: tuple[str, ...]) -> None:
+        self._counter_labels.setdefault(labels[:2], set()).add((counter, labels))
+
+    def record_decision(
+        self, namespace: str, name: str, kind: str, reason: str, when: float | None = None
+    ) -> None:
+        """Count a decision that changed the delay or the replica count (not a hold)."""
+        labels = (namespace, name, kind, reason_label(reason))
+        self.decisions.labels(*labels).inc()
+        self._remember(self.decisions, labels)
+        self.last_decision_time.labels(namespace, name).set(time.time() if when is None else when)
+
+    def set_state(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        applied_delay_us: int | None = None,
+        desired_delay_us: int | None = None,
+        desired_replicas: int | None = None,
+        ready_replicas: int | None = None,
+        slo_ms: float | None = None,
+    ) -> None:
+        """Set the per-BatchedModel gauges that are given; `None` leaves one as it was."""
+        values = (
+            (self.applied_delay, applied_delay_us),
+            (self.desired_delay, desired_delay_us),
+            (self.desired_replicas, desired_replicas),
+            (self.ready_replicas, ready_replicas),
+            (self.slo, slo_ms),
+        )
+        for gauge, value in values:
+            if value is not None:
+                gauge.labels(namespace, name).set(value)
+
+    def record_reconcile_error(self, namespace: str, name: str, stage: str) -> None:
+        self.reconcile_errors.labels(namespace, name, stage).inc()
+        self._remember(self.reconcile_errors, (namespace, name, stage))
+
+    @contextmanager
+    def time_tick(self) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.tick_duration.observe(time.perf_counter() - start)
+
+    @contextmanager
+    def time_query(self, query: str) -> Iterator[None]:
+        """Time one Prometheus query; an exception also counts as a query error."""
+        start = time.perf_counter()
+        try:
+            yield
+        except BaseException:
+            self.query_errors.labels(query).inc()
+            raise
+        finally:
+            self.query_duration.labels(query).observe(time.perf_counter() - start)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop every series of a deleted BatchedModel, so it leaves the dashboard."""
+        per_bm = (
+            self.last_decision_time,
+            self.applied_delay,
+            self.desired_delay,
+            self.desired_replicas,
+            self.ready_replicas,
+            self.slo,
+        )
+        for gauge in per_bm:
+            with suppress(KeyError):
+                gauge.remove(namespace, name)
+        for counter, labels in self._counter_labels.pop((namespace, name), set()):
+            counter.remove(*labels)
+
+
+METRICS = OperatorMetrics()
+
+
+def start_metrics_server(
+    addr: str = "0.0.0.0", port: int = DEFAULT_PORT, metrics: OperatorMetrics | None = None
+) -> tuple[WSGIServer, Thread]:
+    """Serve `/metrics` on addr:port in a daemon thread; port 0 picks a free port.
+
+    Returns the server (its `server_port` is the bound port; `shutdown()` stops it) and
+    the thread.
+    """
+    registry = (metrics or METRICS).registry
+    return start_http_server(port, addr=addr, registry=registry)
+
+
+def record_decision(
+    namespace: str, name: str, kind: str, reason: str, when: float | None = None
+) -> None:
+    METRICS.record_decision(namespace, name, kind, reason, when)
+
+
+def set_state(
+    namespace: str,
+    name: str,
+    *,
+    applied_delay_us: int | None = None,
+    desired_delay_us: int | None = None,
+    desired_replicas: int | None = None,
+    ready_replicas: int | None = None,
+    slo_ms: float | None = None,
+) -> None:
+    METRICS.set_state(
+        namespace,
+        name,
+        applied_delay_us=applied_delay_us,
+        desired_delay_us=desired_delay_us,
+        desired_replicas=desired_replicas,
+        ready_replicas=ready_replicas,
+        slo_ms=slo_ms,
+    )
+
+
+def record_reconcile_error(namespace: str, name: str, stage: str) -> None:
+    METRICS.record_reconcile_error(namespace, name, stage)
+
+
+def time_tick() -> AbstractContextManager[None]:
+    return METRICS.time_tick()
+
+
+def time_query(query: str) -> AbstractContextManager[None]:
+    return METRICS.time_query(query)
+
+
+def forget(namespace: str, name: str) -> None:
+    METRICS.forget(namespace, name)
