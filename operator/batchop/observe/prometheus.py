@@ -1,0 +1,191 @@
+"""Read what Triton reports for every BatchedModel from Prometheus, one query per metric.
+
+The cost of a tick must not grow with the number of BatchedModels, so each metric is one
+`sum by (namespace, batchedmodel)` (or `max by`/`min by`) query covering them all. The pure
+parts (query text, parsing, assembling per-model parts, building an `Observation`) are
+separate from the thin HTTP shell (`PrometheusObserver`) so they are testable without a
+server.
+
+p99: Triton's `nv_inference_request_summary_us{quantile="0.99"}` is a per-pod summary, and
+quantiles cannot be averaged across pods, so we take the worst pod (`max by`). That is an upper
+bound on the fleet's p99 when load is spread evenly, which is what the SLO guards.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from batchop.tuning.types import Observation
+
+# The pod label naming a pod's BatchedModel, and the Prometheus label it becomes. The local
+# stack's scrape config and the chart's PodMonitor both relabel the former into the latter.
+POD_LABEL = "batchop.io/batchedmodel"
+BM_LABEL = "batchedmodel"
+GROUP = f"namespace, {BM_LABEL}"
+
+Key = tuple[str, str]  # (namespace, BatchedModel name)
+
+
+class PrometheusUnavailable(RuntimeError):
+    """Prometheus did not answer (down, unreachable, or an error reply): hold, don't act."""
+
+
+def build_queries(window: str = "1m") -> dict[str, str]:
+    """PromQL per observation part, each covering ALL BatchedModels. Pure.
+
+    `window` is the rate window (e.g. "30s"); it must span at least two scrapes.
+    """
+    def rate(metric: str) -> str:
+        return f"sum by ({GROUP}) (rate({metric}[{window}]))"
+
+    success = rate("nv_inference_request_success")
+    return {
+        "rps": success,
+        "avg_batch": f"{rate('nv_inference_count')} / {rate('nv_inference_exec_count')}",
+        "queue_ms": f"{rate('nv_inference_queue_duration_us')} / {success} / 1000",
+        "compute_ms": f"{rate('nv_inference_compute_infer_duration_us')} / {success} / 1000",
+        "p99_ms": (
+            f'max by ({GROUP}) (nv_inference_request_summary_us{{quantile="0.99"}}) / 1000'
+        ),
+        "pending": f"sum by ({GROUP}) (nv_inference_pending_request_count)",
+        # Age of the freshest sample per BatchedModel: stale data must not drive scaling.
+        "age_s": f"min by ({GROUP}) (time() - timestamp(nv_inference_request_success))",
+        "scraped_pods": f'count by ({GROUP}) (up{{{BM_LABEL}!=""}} == 1)',
+    }
+
+
+def parse_vector(result: list[dict[str, Any]]) -> dict[Key, float | None]:
+    """Map an instant-vector reply to {(namespace, name): value}; NaN/Inf become None. Pure.
+
+    Series without both labels are ignored (they are not a BatchedModel's).
+    """
+    out: dict[Key, float | None] = {}
+    for series in result:
+        metric = series.get("metric", {})
+        ns, name = metric.get("namespace"), metric.get(BM_LABEL)
+        if not ns or not name:
+            continue
+        try:
+            value = float(series["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            value = math.nan
+        out[(ns, name)] = value if math.isfinite(value) else None
+    return out
+
+
+@dataclass(frozen=True)
+class ObservationParts:
+    """What Prometheus showed for one BatchedModel; `None` = series missing or undefined."""
+
+    rps: float | None = None
+    avg_batch: float | None = None
+    queue_ms: float | None = None
+    compute_ms: float | None = None
+    p99_ms: float | None = None
+    pending: float | None = None
+    age_s: float | None = None
+    scraped_pods: int = 0
+    missing: tuple[str, ...] = field(default_factory=tuple)
+
+    def stale(self, max_age_s: float) -> bool:
+        return self.age_s is None or self.age_s > max_age_s
+
+
+PART_NAMES = ("rps", "avg_batch", "queue_ms", "compute_ms", "p99_ms", "pending")
+
+
+def assemble(per_metric: dict[str, dict[Key, float | None]]) -> dict[Key, ObservationParts]:
+    """Combine per-metric results into parts per BatchedModel. Pure.
+
+    A BatchedModel appears if any metric names it; parts it lacks are listed in `missing`.
+    """
+    keys: set[Key] = set()
+    for values in per_metric.values():
+        keys.update(values)
+    out: dict[Key, ObservationParts] = {}
+    for key in sorted(keys):
+        values = {name: per_metric.get(name, {}).get(key) for name in PART_NAMES}
+        missing = tuple(name for name in PART_NAMES if values[name] is None)
+        pods = per_metric.get("scraped_pods", {}).get(key)
+        out[key] = ObservationParts(
+            **values,
+            age_s=per_metric.get("age_s", {}).get(key),
+            scraped_pods=int(pods or 0),
+            missing=missing,
+        )
+    return out
+
+
+def build_observation(
+    parts: ObservationParts | None,
+    *,
+    time_s: float,
+    replicas: int,
+    ready_replicas: int,
+    delay_us: int,
+    max_age_s: float = 60.0,
+    schedulable_headroom: int | None = None,
+) -> Observation:
+    """The policy's `Observation` from Prometheus parts plus what the API server says. Pure.
+
+    Missing parts stay None. Stale data (no sample newer than `max_age_s`) is dropped entirely
+    so that the policy holds instead of scaling on old numbers.
+
+    With traffic at zero Triton's averages are undefined (0/0); rps is then reported as 0 and
+    the ratios stay None.
+    """
+    base = Observation(
+        time_s=time_s,
+        replicas=replicas,
+        ready_replicas=ready_replicas,
+        delay_us=delay_us,
+        schedulable_headroom=schedulable_headroom,
+    )
+    if parts is None:
+        return replace(base, age_s=math.inf)
+    age = parts.age_s if parts.age_s is not None else math.inf
+    if parts.stale(max_age_s):
+        return replace(base, age_s=age)
+    return replace(
+        base,
+        rps=parts.rps,
+        avg_batch=parts.avg_batch,
+        queue_ms=parts.queue_ms,
+        compute_ms=parts.compute_ms,
+        p99_ms=parts.p99_ms,
+        pending=parts.pending,
+        age_s=age,
+    )
+
+
+class PrometheusObserver:
+    """Thin shell: runs `build_queries` against a Prometheus, one query per metric.
+
+    `observe()` raises `PrometheusUnavailable` when Prometheus cannot answer; a BatchedModel
+    with no data is simply absent from the result (or has its parts in `missing`).
+    """
+
+    def __init__(self, url: str, *, window: str = "1m", timeout_s: float = 5.0) -> None:
+        from prometheus_api_client import PrometheusConnect
+
+        self.url = url
+        self.queries = build_queries(window)
+        self.timeout_s = timeout_s
+        self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+        self.queries_sent = 0
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        import requests
+        from prometheus_api_client.exceptions import PrometheusApiClientException
+
+        self.queries_sent += 1
+        try:
+            return list(self._prom.custom_query(promql))
+        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
+            raise PrometheusUnavailable(f"prometheus at {self.url}: {exc}") from exc
+
+    def observe(self) -> dict[Key, ObservationParts]:
+        per_metric = {name: parse_vector(self.query(q)) for name, q in self.queries.items()}
+        return assemble(per_metric)
