@@ -1,0 +1,59 @@
+"""Names of the BatchedModel API and the labels/annotations batchop puts on what it creates.
+
+Every other module (CRD generator, renderers, controller, chart, Prometheus relabeling) takes
+these names from here so that they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+GROUP = "batchop.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "BatchedModel"
+LIST_KIND = "BatchedModelList"
+PLURAL = "batchedmodels"
+SINGULAR = "batchedmodel"
+SHORT_NAME = "bm"
+CATEGORIES = ("batchop", "all")
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# The label naming the BatchedModel, on every child object and on every pod.
+LABEL_MODEL = f"{GROUP}/batchedmodel"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+
+APP_NAME = "tritonserver"
+MANAGER = "batchop"  # value of app.kubernetes.io/managed-by and the server-side-apply manager
+COMPONENT = "inference-server"
+
+# The queue delay (microseconds) a pod's Triton currently runs; set per pod by the operator
+# after a live reload. Never on the pod template: a delay change must not roll pods.
+ANNOTATION_DELAY = f"{GROUP}/max-queue-delay-us"
+
+# The Prometheus label that carries the BatchedModel name after relabeling (PodMonitor here,
+# kubernetes_sd relabeling in the local stack): queries group `by (namespace, batchedmodel)`.
+PROM_LABEL_MODEL = "batchedmodel"
+
+# Triton 2.51 is the release in NGC's 24.10 container.
+DEFAULT_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
+
+# Triton's ports, and the names the Service/PodMonitor refer to.
+PORT_HTTP = 8000
+PORT_GRPC = 8001
+PORT_METRICS = 8002
+PORT_NAME_HTTP = "http"
+PORT_NAME_GRPC = "grpc"
+PORT_NAME_METRICS = "metrics"
+CONTAINER_NAME = "tritonserver"
+
+# Condition types reported in status.conditions.
+CONDITION_TYPES = (
+    "Ready",
+    "Progressing",
+    "Degraded",
+    "SLOMet",
+    "CapacityLimited",
+    "MetricsAvailable",
+)

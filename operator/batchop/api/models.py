@@ -1,0 +1,654 @@
+"""The BatchedModel API as pydantic models: the one source of truth.
+
+The CRD schema (`batchop crd`) is generated from these classes: field descriptions become
+`kubectl explain` text, `Field` bounds become OpenAPI bounds, and each class's `__rules__`
+become CEL `x-kubernetes-validations`. Python code uses snake_case attributes; the wire format
+(and `model_dump(by_alias=True)`) is camelCase exactly as the API documents it.
+
+Free-form Kubernetes types embedded in the spec (affinity, tolerations, volumes, env
+`valueFrom`) are kept as plain dicts and emitted with `x-kubernetes-preserve-unknown-fields`;
+the API server validates them when the Deployment that carries them is applied.
+
+The server image is optional here: a missing image means "the operator's default image"
+(`RenderOptions.default_image`, set by the operator's flag/env), so one operator setting can
+move every BatchedModel that does not pin an image.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from batchop.api.constants import API_VERSION, KIND
+from batchop.api.errors import SpecError, Violation
+from batchop.api.rules import Rule, failed
+
+# Patterns are written to mean the same in Python `re` and in the API server's (Go RE2 /
+# ECMA) dialect: no look-arounds, no backreferences.
+DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+NO_SPACE = r"^\S+$"
+QUANTITY = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+CONDITION_TYPE = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?" + (
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+# Triton flags batchop sets itself; a user arg that overrides one would break the live
+# reload (explicit model control) or the ports the Service and probes use.
+MANAGED_FLAGS = (
+    "--model-repository",
+    "--model-store",
+    "--model-control-mode",
+    "--load-model",
+    "--http-port",
+    "--grpc-port",
+    "--metrics-port",
+    "--allow-http",
+    "--allow-metrics",
+)
+RESERVED_VOLUME = "batchop-tmp"  # the emptyDir the renderer mounts at /tmp
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _add_rules(schema: dict[str, Any], cls: type) -> None:
+    rules: tuple[Rule, ...] = getattr(cls, "__rules__", ())
+    if rules:
+        schema["x-kubernetes-validations"] = [rule.crd_entry() for rule in rules]
+
+
+class APIModel(BaseModel):
+    """Base: camelCase on the wire, unknown fields refused, rules checked after fields."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        extra="forbid",
+        json_schema_extra=_add_rules,
+    )
+    __rules__: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> APIModel:
+        broken = failed(type(self).__rules__, self)
+        if broken:
+            raise PydanticCustomError(
+                "batchop_rule",
+                "{summary}",
+                {
+                    "summary": "; ".join(f"{r.field}: {r.message}" for r in broken),
+                    "violations": tuple((r.field, r.message) for r in broken),
+                },
+            )
+        return self
+
+
+def _default_object() -> dict[str, Any]:
+    # Emitted as `default: {}` so the API server fills in the nested defaults when the
+    # whole section is omitted (Kubernetes only defaults fields of objects that exist).
+    return {"default": {}}
+
+
+# --- spec ------------------------------------------------------------------------------------
+
+PositiveBatch = Annotated[int, Field(ge=1, le=65536)]
+
+
+class ModelSpec(APIModel):
+    """The Triton model this BatchedModel serves."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=MODEL_NAME,
+        description="Triton model name: the model's directory in the repository; loaded with "
+        "--load-model and reloaded live with a new dynamic_batching config.",
+    )
+    repository: str = Field(
+        min_length=1,
+        max_length=2048,
+        pattern=NO_SPACE,
+        description="Triton --model-repository URI (s3://, gs://, as://, or a local path "
+        "mounted into the pod with server.volumes/volumeMounts).",
+    )
+    max_batch_size: PositiveBatch = Field(
+        description="The model's max_batch_size: the largest batch Triton's dynamic batcher "
+        "forms. Must not exceed what the model supports.",
+    )
+    preferred_batch_sizes: list[PositiveBatch] | None = Field(
+        default=None,
+        max_length=32,
+        description="Triton dynamic_batching.preferred_batch_size: batch sizes the batcher "
+        "dispatches as soon as it has them. Each in 1..maxBatchSize, no duplicates.",
+    )
+
+    __rules__ = (
+        Rule(
+            cel="!has(self.preferredBatchSizes) || "
+            "self.preferredBatchSizes.all(s, s <= self.maxBatchSize)",
+            message="every preferred batch size must be <= maxBatchSize",
+            field="preferredBatchSizes",
+            check=lambda m: all(s <= m.max_batch_size for s in m.preferred_batch_sizes or ()),
+        ),
+        Rule(
+            cel="!has(self.preferredBatchSizes) || self.preferredBatchSizes.all(s, "
+            "self.preferredBatchSizes.exists_one(t, t == s))",
+            message="preferred batch sizes must be unique",
+            field="preferredBatchSizes",
+            check=lambda m: (
+                len(set(m.preferred_batch_sizes or ())) == len(m.preferred_batch_sizes or ())
+            ),
+            reason="FieldValueDuplicate",
+        ),
+    )
+
+
+_QUANTITY_RE = re.compile(QUANTITY)
+
+
+def _quantity(value: Any) -> int | str:
+    """An int or a Kubernetes quantity string, refused with one clear message otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and len(value) <= 64 and _QUANTITY_RE.match(value):
+        return value
+    raise PydanticCustomError(
+        "quantity", "must be an integer or a quantity string such as 500m, 4Gi or 1.5"
+    )
+
+
+Quantity = Annotated[
+    int | str,
+    PlainValidator(_quantity),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY, "maxLength": 64}),
+]
+
+
+class ResourceRequirements(APIModel):
+    """Compute resources of the tritonserver container (as in a Pod's container.resources)."""
+
+    limits: dict[str, Quantity] | None = Field(
+        default=None,
+        max_length=32,
+        description="Resource limits, e.g. cpu, memory. Set GPUs with server.gpus instead.",
+    )
+    requests: dict[str, Quantity] | None = Field(
+        default=None,
+        max_length=32,
+        description="Resource requests, e.g. cpu, memory. Set GPUs with server.gpus instead.",
+    )
+
+
+class EnvVar(APIModel):
+    """An environment variable of the tritonserver container (as in a Pod's container.env)."""
+
+    name: str = Field(min_length=1, max_length=256, description="Variable name.")
+    value: str | None = Field(default=None, max_length=32768, description="Literal value.")
+    value_from: dict[str, Any] | None = Field(
+        default=None,
+        description="Source of the value (secretKeyRef, configMapKeyRef, fieldRef, ...), "
+        "as in a Pod's env[].valueFrom.",
+    )
+
+
+class LocalObjectReference(APIModel):
+    """A reference to an object in the same namespace, by name."""
+
+    name: str = Field(
+        min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN, description="Object name."
+    )
+
+
+def _uses_gpu_resource(resources: ResourceRequirements | None) -> bool:
+    if resources is None:
+        return False
+    return any(GPU_RESOURCE in (part or {}) for part in (resources.limits, resources.requests))
+
+
+def _is_managed_flag(arg: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for flag in MANAGED_FLAGS)
+
+
+_MANAGED_FLAGS_CEL = "[" + ", ".join(f"'{flag}'" for flag in MANAGED_FLAGS) + "]"
+
+
+class ServerSpec(APIModel):
+    """The Triton server pods: image, GPUs and the pod settings a user expects to control."""
+
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        pattern=NO_SPACE,
+        description="tritonserver container image. Defaults to the operator's default image "
+        "(nvcr.io/nvidia/tritonserver:24.10-py3, Triton 2.51, unless the operator is "
+        "configured otherwise).",
+    )
+    gpus: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="nvidia.com/gpu per replica (container limit); 0 runs on CPU.",
+    )
+    resources: ResourceRequirements | None = Field(
+        default=None, description="CPU/memory requests and limits of the tritonserver container."
+    )
+    env: list[EnvVar] | None = Field(
+        default=None, max_length=128, description="Extra environment of the tritonserver container."
+    )
+    args: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None,
+        max_length=64,
+        description="Extra tritonserver arguments, appended after the ones batchop sets "
+        "(model repository, explicit model control, ports), which they must not repeat.",
+    )
+    node_selector: dict[str, Annotated[str, Field(max_length=63)]] | None = Field(
+        default=None, max_length=64, description="Node labels the pods must match."
+    )
+    tolerations: list[dict[str, Any]] | None = Field(
+        default=None, max_length=64, description="Pod tolerations, as in a Pod's spec."
+    )
+    affinity: dict[str, Any] | None = Field(
+        default=None, description="Pod affinity/anti-affinity, as in a Pod's spec."
+    )
+    volumes: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=64,
+        description=f"Extra pod volumes, as in a Pod's spec (the name {RESERVED_VOLUME} is "
+        "reserved).",
+    )
+    volume_mounts: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=64,
+        description="Extra volume mounts of the tritonserver container.",
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=DNS1123_SUBDOMAIN,
+        description="Service account of the pods (e.g. for access to the model repository).",
+    )
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        default=None, max_length=16, description="Secrets for pulling the server image."
+    )
+
+    __rules__ = (
+        Rule(
+            cel=f"!has(self.resources) || ((!has(self.resources.limits) || "
+            f"!('{GPU_RESOURCE}' in self.resources.limits)) && (!has(self.resources.requests)"
+            f" || !('{GPU_RESOURCE}' in self.resources.requests)))",
+            message=f"set {GPU_RESOURCE} with server.gpus, not in resources",
+            field="resources",
+            check=lambda s: not _uses_gpu_resource(s.resources),
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            cel=f"!has(self.args) || self.args.all(a, !(a in {_MANAGED_FLAGS_CEL}) && "
+            f"!{_MANAGED_FLAGS_CEL}.exists(f, a.startsWith(f + '=')))",
+            message="args must not set flags batchop manages: " + ", ".join(MANAGED_FLAGS),
+            field="args",
+            check=lambda s: not any(_is_managed_flag(a) for a in s.args or ()),
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            cel=f"!has(self.volumes) || self.volumes.all(v, !has(v.name) || "
+            f"v.name != '{RESERVED_VOLUME}')",
+            message=f"the volume name {RESERVED_VOLUME} is reserved by batchop",
+            field="volumes",
+            check=lambda s: all(v.get("name") != RESERVED_VOLUME for v in s.volumes or ()),
+            reason="FieldValueForbidden",
+        ),
+    )
+
+
+class ScalingSpec(APIModel):
+    """Replica count and the bounds the tuner keeps it within."""
+
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Replicas to start with (and to keep, when autotune.replicas is false). "
+        "The scale subresource's spec path, so HPA/KEDA can drive it.",
+    )
+    min_replicas: int = Field(
+        default=1, ge=0, le=1000, description="Fewest replicas the tuner may run."
+    )
+    max_replicas: int = Field(
+        default=8, ge=1, le=1000, description="Most replicas the tuner may run."
+    )
+
+    __rules__ = (
+        Rule(
+            cel="self.minReplicas <= self.maxReplicas",
+            message="minReplicas must be <= maxReplicas",
+            field="minReplicas",
+            check=lambda s: s.min_replicas <= s.max_replicas,
+        ),
+        Rule(
+            cel="self.minReplicas <= self.replicas && self.replicas <= self.maxReplicas",
+            message="replicas must be within minReplicas..maxReplicas",
+            field="replicas",
+            check=lambda s: s.min_replicas <= s.replicas <= s.max_replicas,
+        ),
+    )
+
+
+DELAY_CEILING_US = 10_000_000  # 10 s: beyond any sensible latency SLO
+
+
+class BatchingSpec(APIModel):
+    """Triton dynamic batching: the queue delay and the bounds the tuner keeps it within."""
+
+    max_queue_delay_microseconds: int = Field(
+        default=500,
+        ge=0,
+        le=DELAY_CEILING_US,
+        description="Triton dynamic_batching.max_queue_delay_microseconds to start with (and "
+        "to keep, when autotune.queueDelay is false). Changed live, without restarting pods.",
+    )
+    min_queue_delay_microseconds: int = Field(
+        default=0,
+        ge=0,
+        le=DELAY_CEILING_US,
+        description="Smallest queue delay the tuner may set.",
+    )
+    max_queue_delay_limit_microseconds: int = Field(
+        default=20_000,
+        ge=0,
+        le=DELAY_CEILING_US,
+        description="Largest queue delay the tuner may set.",
+    )
+
+    __rules__ = (
+        Rule(
+            cel="self.minQueueDelayMicroseconds <= self.maxQueueDelayMicroseconds",
+            message="minQueueDelayMicroseconds must be <= maxQueueDelayMicroseconds",
+            field="minQueueDelayMicroseconds",
+            check=lambda b: b.min_queue_delay_microseconds <= b.max_queue_delay_microseconds,
+        ),
+        Rule(
+            cel="self.maxQueueDelayMicroseconds <= self.maxQueueDelayLimitMicroseconds",
+            message="maxQueueDelayMicroseconds must be <= maxQueueDelayLimitMicroseconds",
+            field="maxQueueDelayMicroseconds",
+            check=lambda b: b.max_queue_delay_microseconds <= b.max_queue_delay_limit_microseconds,
+        ),
+    )
+
+
+class SLOSpec(APIModel):
+    """The latency objective the tuner holds."""
+
+    p99_latency_milliseconds: float = Field(
+        default=50.0,
+        gt=0,
+        le=600_000,
+        description="Target server-side p99 latency (queue + compute) in milliseconds.",
+    )
+
+
+class AutotuneSpec(APIModel):
+    """Which knobs batchop tunes, how often, and where it reads metrics."""
+
+    queue_delay: bool = Field(
+        default=True, description="Tune the queue delay within the batching bounds."
+    )
+    replicas: bool = Field(
+        default=True,
+        description="Tune replicas within the scaling bounds (false: leave them to spec, or "
+        "to HPA/KEDA through the scale subresource).",
+    )
+    interval_seconds: int = Field(
+        default=30, ge=5, le=3600, description="Seconds between tuning decisions."
+    )
+    prometheus_url: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=r"^https?://\S+$",
+        description="Prometheus to read Triton's metrics from. Defaults to the operator's setting.",
+    )
+
+
+class BatchedModelSpec(APIModel):
+    """A Triton model served with dynamic batching, tuned against a p99 latency SLO."""
+
+    model: ModelSpec = Field(description="The Triton model to serve.")
+    server: ServerSpec = Field(
+        default_factory=ServerSpec,
+        json_schema_extra=_default_object(),
+        description="The Triton server pods.",
+    )
+    scaling: ScalingSpec = Field(
+        default_factory=ScalingSpec,
+        json_schema_extra=_default_object(),
+        description="Replica count and its bounds.",
+    )
+    batching: BatchingSpec = Field(
+        default_factory=BatchingSpec,
+        json_schema_extra=_default_object(),
+        description="Dynamic batching queue delay and its bounds.",
+    )
+    slo: SLOSpec = Field(
+        default_factory=SLOSpec,
+        json_schema_extra=_default_object(),
+        description="The latency objective.",
+    )
+    autotune: AutotuneSpec = Field(
+        default_factory=AutotuneSpec,
+        json_schema_extra=_default_object(),
+        description="What batchop tunes, and how often.",
+    )
+
+    __rules__ = (
+        Rule(
+            cel="!self.autotune.replicas || self.scaling.minReplicas >= 1",
+            message="minReplicas must be >= 1 when autotune.replicas is on (a model with no "
+            "replica has no metrics to scale up on)",
+            field="scaling.minReplicas",
+            check=lambda s: not s.autotune.replicas or s.scaling.min_replicas >= 1,
+        ),
+        Rule(
+            cel="double(self.batching.maxQueueDelayMicroseconds) < "
+            "double(self.slo.p99LatencyMilliseconds) * 1000.0",
+            message="the starting queue delay alone exceeds the p99 latency SLO",
+            field="batching.maxQueueDelayMicroseconds",
+            check=lambda s: (
+                s.batching.max_queue_delay_microseconds < s.slo.p99_latency_milliseconds * 1000.0
+            ),
+        ),
+    )
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+class StatusModel(APIModel):
+    """Base for status: tolerant of fields a newer operator may have written."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class Metrics(StatusModel):
+    """What Prometheus showed at the last tuning tick."""
+
+    requests_per_second: float | None = Field(
+        default=None, description="Successful inference requests per second, all replicas."
+    )
+    p99_latency_milliseconds: float | None = Field(
+        default=None, description="Server-side p99 latency (queue + compute), worst replica."
+    )
+    average_batch_size: float | None = Field(
+        default=None, description="Inferences per model execution (Triton's batch size)."
+    )
+    queue_milliseconds: float | None = Field(
+        default=None, description="Mean time a request waited in Triton's queue."
+    )
+
+
+class LastDecision(StatusModel):
+    """The tuner's most recent change, and why it made it."""
+
+    time: datetime | None = Field(default=None, description="When the decision was made.")
+    replicas: int | None = Field(default=None, description="Replicas decided.")
+    max_queue_delay_microseconds: int | None = Field(
+        default=None, description="Queue delay decided."
+    )
+    reason: str | None = Field(
+        default=None, max_length=4096, description="Why, in words, with the figures used."
+    )
+
+
+class Condition(StatusModel):
+    """A metav1.Condition: one aspect of the BatchedModel's state."""
+
+    type: str = Field(
+        max_length=316,
+        pattern=CONDITION_TYPE,
+        description="Ready, Progressing, Degraded, SLOMet, CapacityLimited or MetricsAvailable.",
+    )
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The .metadata.generation this condition was set for."
+    )
+    last_transition_time: datetime = Field(description="When the status last changed.")
+    reason: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=CONDITION_REASON,
+        description="Machine-readable CamelCase reason for the last transition.",
+    )
+    message: str = Field(max_length=32768, description="Human-readable details.")
+
+
+class BatchedModelStatus(StatusModel):
+    """What batchop observed and applied."""
+
+    observed_generation: int | None = Field(
+        default=None, description="The .metadata.generation last reconciled."
+    )
+    replicas: int | None = Field(default=None, description="Pods of this model (all states).")
+    ready_replicas: int | None = Field(default=None, description="Pods ready to serve.")
+    selector: str | None = Field(
+        default=None, description="Label selector of the pods (for the scale subresource)."
+    )
+    max_queue_delay_microseconds: int | None = Field(
+        default=None, description="Queue delay applied on every ready replica."
+    )
+    metrics: Metrics | None = Field(default=None, description="Latest observed metrics.")
+    last_decision: LastDecision | None = Field(
+        default=None, description="The tuner's latest change."
+    )
+    conditions: list[Condition] | None = Field(
+        default=None,
+        max_length=16,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+        description="Ready, Progressing, Degraded, SLOMet, CapacityLimited, MetricsAvailable.",
+    )
+
+
+# --- the object ------------------------------------------------------------------------------
+
+
+class ObjectMeta(BaseModel):
+    """The parts of metadata batchop reads. Only `name` is constrained (in the CRD too)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, validate_by_name=True, validate_by_alias=True, extra="allow"
+    )
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS1035_LABEL,
+        description="Also the name of the Deployment, Service, PodDisruptionBudget and "
+        "PodMonitor, and a label value: a DNS-1035 label of at most 63 characters.",
+    )
+    namespace: str | None = None
+    uid: str | None = None
+    generation: int | None = None
+    resource_version: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class BatchedModel(BaseModel):
+    """A BatchedModel object (apiVersion batchop.io/v1alpha1)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, validate_by_name=True, validate_by_alias=True, extra="forbid"
+    )
+
+    api_version: Literal["batchop.io/v1alpha1"] = API_VERSION
+    kind: Literal["BatchedModel"] = KIND
+    metadata: ObjectMeta
+    spec: BatchedModelSpec
+    status: BatchedModelStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str | None:
+        return self.metadata.namespace
+
+
+def _location(error: dict[str, Any]) -> str:
+    loc = [str(part) for part in error["loc"]]
+    return ".".join(loc)
+
+
+def violations(exc: ValidationError) -> list[Violation]:
+    """Flatten pydantic errors into (field path, rule) pairs using the camelCase names."""
+    found: list[Violation] = []
+    for error in exc.errors(include_url=False):
+        base = _location(error)
+        if error["type"] == "batchop_rule":
+            for field, message in error["ctx"]["violations"]:
+                path = f"{base}.{field}" if base else field
+                found.append(Violation(path, message))
+        else:
+            message = error["msg"]
+            if error["type"] == "extra_forbidden":
+                message = "unknown field"
+            found.append(Violation(base, message))
+    return found
+
+
+def parse_batched_model(manifest: dict[str, Any]) -> BatchedModel:
+    """Validate a BatchedModel manifest (camelCase keys, as applied) against the API's rules.
+
+    Raises `SpecError` naming each offending field path (e.g. `spec.scaling.minReplicas`)
+    and the rule it breaks: the same rules the CRD makes the API server enforce.
+    """
+    if not isinstance(manifest, dict):
+        raise SpecError([Violation("", f"a BatchedModel must be a mapping, got {manifest!r}")])
+    meta = manifest.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    try:
+        return BatchedModel.model_validate(manifest, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        raise SpecError(violations(exc), name=name if isinstance(name, str) else None) from None
