@@ -75,6 +75,11 @@ class TuningState:
     last_scale_down_s: float | None = None
     last_delay_change_s: float | None = None
     extra: tuple[tuple[str, float], ...] = field(default_factory=tuple)
+    # Observed p99 / predicted p99 at the running configuration (EWMA): corrects the model.
+    p99_correction: float = 1.0
+    # The previous tick's time and pending requests, to see a backlog grow (demand > served).
+    last_time_s: float | None = None
+    last_pending: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,342 @@
+"""The tuning policy: replicas first (fewest that keep p99 under the SLO), then the delay.
+
+`decide` is pure and deterministic: the operator and the simulator both call it with an
+`Observation` and the `TuningState` it returned last time. Its steps:
+
+1. Hold when metrics are missing or stale: never act on data that may not be true.
+2. Learn the batch-latency curve from the observed (avg batch, compute ms) and correct the
+   queueing model by the observed / predicted p99 at the running configuration.
+3. Replicas: the fewest whose predicted p99 (at the best delay for latency) stays under
+   MARGIN x SLO at the observed rate plus HEADROOM, counting replicas still starting, within
+   [min, max] and what the cluster can schedule. Up at once; down only to the highest
+   recommendation of the last STABILISATION_S, and only when the lower count also passes with
+   extra headroom (hysteresis). An observed p99 over the SLO forces a scale-up even when the
+   model disagrees, unless replicas are still starting or the delay explains the excess.
+4. Delay: the one that spends the least GPU time per inference while the predicted p99 keeps
+   the margin, preferring the smallest delay among near-equals (near capacity the delay buys
+   nothing). A change must be worth a reload: >= DELAY_MIN_CHANGE relative, and either
+   >= GPU_MIN_GAIN less GPU time per inference or a needed latency cut.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from batchop.tuning import curve as curve_mod
+from batchop.tuning.model import LatencyCurve, Prediction, capacity_rps, predict
+from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
+
+MARGIN = 0.8  # plan for p99 <= MARGIN x SLO
+HEADROOM = 0.10  # plan for this much more load than observed
+DOWN_HEADROOM = 0.15  # a lower replica count must also pass with this much more on top
+STALE_INTERVALS = 2.5  # samples older than this many intervals are stale
+STABILISATION_S = 300.0  # scale-down window (max of recommendations), as the HPA's default
+DELAY_MIN_CHANGE = 0.2  # relative delay change below which no reload is worth it
+GPU_MIN_GAIN = 0.05  # GPU time per inference a delay change must save
+NEAR_BEST = 0.02  # delays within this of the best GPU time count as equal; take the smallest
+CORRECTION_ALPHA = 0.3  # EWMA weight of a new observed/predicted p99 ratio
+CORRECTION_BOUNDS = (0.8, 3.0)
+DELAY_GRID_US = (0, 100, 200, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 7000,
+                 10000, 15000, 20000, 30000, 50000, 100000)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A recommended starting configuration for a rate (what `batchop plan` prints)."""
+
+    rps: float
+    replicas: int
+    delay_us: int
+    predicted_p99_ms: float
+    avg_batch: float
+    gpu_ms_per_inference: float
+    busy: float  # GPU busy fraction per replica
+    rps_per_gpu: float  # the rate served per allocated GPU
+    capacity_rps_per_replica: float  # most one replica serves at the SLO margin
+    feasible: bool  # False: even max replicas miss the margin
+    slo_ms: float
+    target_ms: float
+
+
+def _fmt_rate(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _fmt_ms(x: float) -> str:
+    if not math.isfinite(x):
+        return "inf"
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def _delay_grid(lo: int, hi: int) -> tuple[int, ...]:
+    return tuple(sorted({lo, hi, *(d for d in DELAY_GRID_US if lo <= d <= hi)}))
+
+
+def _p99(pred: Prediction, correction: float) -> float:
+    return pred.p99_ms * correction
+
+
+class _Model:
+    """Predictions for one tick: the curve, the bounds and the correction, bound together."""
+
+    def __init__(self, spec: TuningSpec, latency: LatencyCurve, correction: float) -> None:
+        self.spec = spec
+        self.latency = latency
+        self.correction = correction
+        self.target = MARGIN * spec.slo_ms
+        self.delays = _delay_grid(spec.min_delay_us, spec.max_delay_us)
+        self._cache: dict[tuple[float, int], Prediction] = {}
+
+    def at(self, rate: float, delay_us: int) -> Prediction:
+        key = (rate, delay_us)
+        if key not in self._cache:
+            self._cache[key] = predict(rate, delay_us, self.spec.max_batch_size, self.latency)
+        return self._cache[key]
+
+    def p99(self, rate: float, delay_us: int) -> float:
+        return _p99(self.at(rate, delay_us), self.correction)
+
+    def fits(self, rate: float, delays: tuple[int, ...]) -> bool:
+        return any(self.p99(rate, d) <= self.target for d in delays)
+
+    def replicas_for(self, total_rps: float, lo: int, hi: int, delays: tuple[int, ...]) -> int:
+        """Fewest replicas in [lo, hi] that keep the margin; hi when none does."""
+        for n in range(max(1, lo), hi + 1):
+            if self.fits(total_rps / n, delays):
+                return n
+        return max(1, hi)
+
+    def best_delay(self, rate: float) -> int:
+        """Least GPU time per inference within the margin; smallest among near-equals."""
+        ok = [d for d in self.delays if self.p99(rate, d) <= self.target]
+        if not ok:
+            return min(self.delays, key=lambda d: (self.p99(rate, d), d))
+        best = min(self.at(rate, d).gpu_ms_per_inference for d in ok)
+        return min(d for d in ok if self.at(rate, d).gpu_ms_per_inference <= best * (1 + NEAR_BEST))
+
+
+def _latency(spec: TuningSpec, buckets: tuple[curve_mod.Bucket, ...]) -> LatencyCurve | None:
+    return curve_mod.estimate(buckets, spec.prior_batch_latency_ms, spec.max_batch_size)
+
+
+def _hold(obs: Observation, spec: TuningSpec, state: TuningState, reason: str) -> Decision:
+    replicas = obs.replicas
+    if spec.tune_replicas:
+        replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
+    delay = obs.delay_us
+    if spec.tune_delay:
+        delay = min(max(delay, spec.min_delay_us), spec.max_delay_us)
+    kind = "hold"
+    if (replicas, delay) != (obs.replicas, obs.delay_us):
+        kind = "bounds"
+        reason += f"; brought within bounds: {replicas} replicas, delay {delay:,} us"
+    return Decision(replicas=replicas, delay_us=delay, reason=reason, state=state, kind=kind)
+
+
+def _missing(obs: Observation) -> list[str]:
+    names = ("rps", "avg_batch", "compute_ms", "p99_ms")
+    return [n for n in names if getattr(obs, n) is None or not math.isfinite(getattr(obs, n))]
+
+
+def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
+    """The replicas and delay to run next, with the reason; see the module docstring."""
+    missing = _missing(obs)
+    if missing:
+        return _hold(obs, spec, state, f"holding: metrics missing ({', '.join(missing)})")
+    stale_after = STALE_INTERVALS * spec.interval_s
+    if obs.age_s > stale_after:
+        return _hold(obs, spec, state, f"holding: metrics stale ({obs.age_s:.0f} s old > "
+                                       f"{stale_after:.0f} s)")
+    assert obs.rps is not None and obs.p99_ms is not None  # for the type checker
+    assert obs.avg_batch is not None and obs.compute_ms is not None
+    t = obs.time_s
+    rps = max(0.0, obs.rps)
+    ready = max(0, obs.ready_replicas)
+    starting = obs.starting_replicas
+
+    # 2. Learn: the curve from this tick, then the model's correction at the running config.
+    buckets = state.curve
+    if rps > 0 and ready > 0:
+        buckets = curve_mod.update(buckets, obs.avg_batch, obs.compute_ms)
+    latency = _latency(spec, buckets)
+    if latency is None:  # no prior and nothing observed yet: wait for traffic
+        return _hold(obs, spec, replace(state, curve=buckets),
+                     "holding: no batch-latency data yet (no traffic and no profile)")
+    correction = state.p99_correction
+    settled_since = max(
+        (x for x in (state.last_scale_up_s, state.last_scale_down_s, state.last_delay_change_s)
+         if x is not None),
+        default=-math.inf,
+    )
+    settled = starting == 0 and t - settled_since >= 2 * spec.interval_s
+    if settled and rps > 0 and ready > 0 and obs.p99_ms > 0:
+        pred = predict(rps / ready, obs.delay_us, spec.max_batch_size, latency)
+        if pred.stable:
+            ratio = obs.p99_ms / pred.p99_ms
+            correction = (1 - CORRECTION_ALPHA) * correction + CORRECTION_ALPHA * ratio
+            correction = min(CORRECTION_BOUNDS[1], max(CORRECTION_BOUNDS[0], correction))
+    model = _Model(spec, latency, correction)
+
+    # Demand: what was served plus how fast the backlog grew (served < arriving when overloaded).
+    demand = rps
+    if (obs.pending is not None and state.last_pending is not None
+            and state.last_time_s is not None and t > state.last_time_s):
+        demand += max(0.0, (obs.pending - state.last_pending) / (t - state.last_time_s))
+    plan_rps = demand * (1 + HEADROOM)
+
+    # 3. Replicas.
+    cur_n = obs.replicas
+    replicas = cur_n
+    notes: list[str] = []
+    recs = state.recommendations
+    kind_r = ""
+    why_r = ""
+    if spec.tune_replicas:
+        hi = spec.max_replicas
+        if obs.schedulable_headroom is not None:
+            hi = min(hi, max(cur_n, spec.min_replicas) + max(0, obs.schedulable_headroom))
+        hi = max(hi, spec.min_replicas)
+        lat_delays = model.delays if spec.tune_delay else (obs.delay_us,)
+        need_up = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, lat_delays)
+        need_down = model.replicas_for(plan_rps * (1 + DOWN_HEADROOM), spec.min_replicas,
+                                       spec.max_replicas, lat_delays)
+        rec = max(need_up, min(max(cur_n, spec.min_replicas), need_down))
+        why_r = (f"predicted p99 {_fmt_ms(model.p99(plan_rps / max(1, cur_n), obs.delay_us))} ms"
+                 f" vs target {_fmt_ms(model.target)} ms at {_fmt_rate(plan_rps)} rps "
+                 f"({_fmt_rate(demand)} + {HEADROOM:.0%})")
+        # The observed p99 overrides the model when it breaks the SLO and nothing is pending.
+        delay_explains = spec.tune_delay and obs.p99_ms - obs.delay_us / 1000.0 <= model.target
+        if (obs.p99_ms > spec.slo_ms and starting == 0 and rps > 0 and not delay_explains
+                and rec <= cur_n):
+            rec = max(rec, cur_n + max(1, math.ceil(cur_n * (obs.p99_ms / spec.slo_ms - 1))))
+            why_r = f"p99 {_fmt_ms(obs.p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms at " \
+                    f"{_fmt_rate(rps)} rps"
+        rec = min(max(rec, spec.min_replicas), spec.max_replicas)
+        if not recs:  # no history: the running count is the recommendation to wait out
+            recs = ((t, cur_n),)
+        recs = tuple((ts, n) for ts, n in recs if ts > t - STABILISATION_S) + ((t, rec),)
+        if rec > cur_n:
+            replicas = min(rec, hi)
+            if replicas < rec:
+                notes.append(f"capacity limited: {rec} wanted, {replicas} schedulable")
+        else:
+            window_max = max(n for _, n in recs)
+            replicas = min(cur_n, max(rec, window_max))
+            if rec < cur_n and replicas == cur_n:
+                notes.append(f"{rec} replicas would do; scale-down waits for the "
+                             f"{STABILISATION_S:.0f} s window")
+        replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
+        if obs.schedulable_headroom is not None and replicas > cur_n:
+            replicas = min(replicas, cur_n + max(0, obs.schedulable_headroom))
+        if replicas > cur_n:
+            kind_r = "scale-up"
+        elif replicas < cur_n:
+            kind_r = "scale-down"
+            why_r = (f"load {_fmt_rate(rps)} rps fits {replicas} replicas (predicted p99 "
+                     f"{_fmt_ms(model.p99(plan_rps / replicas, obs.delay_us))} ms, target "
+                     f"{_fmt_ms(model.target)} ms), the most recommended in the last "
+                     f"{STABILISATION_S:.0f} s")
+        if need_up >= spec.max_replicas and not model.fits(plan_rps / spec.max_replicas,
+                                                           lat_delays):
+            notes.append(f"SLO margin not reachable within maxReplicas {spec.max_replicas}")
+
+    # 4. Delay, for the replicas that will serve (the fewer of ready and desired).
+    delay = obs.delay_us
+    kind_d = ""
+    why_d = ""
+    serving = max(1, min(replicas, ready) if ready > 0 else replicas)
+    rate = plan_rps / serving
+    if spec.tune_delay:
+        cur_d = min(max(obs.delay_us, spec.min_delay_us), spec.max_delay_us)
+        new_d = model.best_delay(rate)
+        cur_p = model.at(rate, cur_d)
+        new_p = model.at(rate, new_d)
+        rel = abs(new_d - cur_d) / max(cur_d, new_d, 1)
+        gpu_gain = 1 - new_p.gpu_ms_per_inference / cur_p.gpu_ms_per_inference
+        cur_late = _p99(cur_p, correction) > model.target or obs.p99_ms > spec.slo_ms
+        lat_gain = _p99(new_p, correction) < _p99(cur_p, correction) * 0.9
+        worth = rel >= DELAY_MIN_CHANGE and (
+            gpu_gain >= GPU_MIN_GAIN or (new_d < cur_d and (cur_late or lat_gain)))
+        delay = new_d if worth or (cur_late and new_d < cur_d) else cur_d
+        if delay > obs.delay_us:
+            kind_d = "delay-up"
+        elif delay < obs.delay_us:
+            kind_d = "delay-down"
+        if kind_d:
+            p_old = model.at(rate, obs.delay_us)
+            p_new = model.at(rate, delay)
+            why_d = (f"delay {obs.delay_us:,} → {delay:,} us: batch {p_old.avg_batch:.1f} → "
+                     f"{p_new.avg_batch:.1f}, GPU ms/inference "
+                     f"{p_old.gpu_ms_per_inference:.2f} → {p_new.gpu_ms_per_inference:.2f}, "
+                     f"predicted p99 {_fmt_ms(_p99(p_new, correction))} ms "
+                     f"(target {_fmt_ms(model.target)} ms)")
+
+    final = model.at(plan_rps / max(1, replicas), delay)
+    new_state = replace(
+        state,
+        curve=buckets,
+        recommendations=recs,
+        p99_correction=correction,
+        last_time_s=t,
+        last_pending=obs.pending,
+        last_scale_up_s=t if kind_r == "scale-up" else state.last_scale_up_s,
+        last_scale_down_s=t if kind_r == "scale-down" else state.last_scale_down_s,
+        last_delay_change_s=t if kind_d else state.last_delay_change_s,
+    )
+    parts = []
+    if kind_r:
+        parts.append(f"{why_r}: {cur_n} → {replicas} replicas")
+    if kind_d:
+        parts.append(why_d)
+    if not parts:
+        parts.append(
+            f"steady: p99 {_fmt_ms(obs.p99_ms)} ms (SLO {_fmt_ms(spec.slo_ms)} ms) at "
+            f"{_fmt_rate(rps)} rps on {cur_n} replicas, delay {obs.delay_us:,} us, "
+            f"batch {obs.avg_batch:.1f}")
+    reason = "; ".join(parts + notes)
+    kind = "+".join(k for k in (kind_r, kind_d) if k) or "hold"
+    return Decision(replicas=replicas, delay_us=delay, reason=reason, state=new_state,
+                    kind=kind, predicted_p99_ms=_p99(final, correction))
+
+
+def recommend(latency: LatencyCurve, rps: float, spec: TuningSpec) -> Plan:
+    """The starting (replicas, delay) for a steady rate, from a known batch-latency curve."""
+    if rps < 0:
+        raise ValueError(f"rps must be >= 0, got {rps}")
+    model = _Model(spec, latency, 1.0)
+    plan_rps = rps * (1 + HEADROOM)
+    n = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, model.delays)
+    rate = plan_rps / n
+    delay = model.best_delay(rate)
+    served = model.at(rps / n, delay)
+    planned = model.at(rate, delay)
+    cap = _capacity(model)
+    return Plan(
+        rps=rps,
+        replicas=n,
+        delay_us=delay,
+        predicted_p99_ms=served.p99_ms,
+        avg_batch=served.avg_batch,
+        gpu_ms_per_inference=served.gpu_ms_per_inference,
+        busy=served.busy,
+        rps_per_gpu=rps / (n * spec.gpus_per_replica) if n else 0.0,
+        capacity_rps_per_replica=cap,
+        feasible=planned.p99_ms <= model.target,
+        slo_ms=spec.slo_ms,
+        target_ms=model.target,
+    )
+
+
+def _capacity(model: _Model) -> float:
+    """Highest per-replica rate that keeps the margin at some allowed delay (bisection)."""
+    lo, hi = 0.0, capacity_rps(model.spec.max_batch_size, model.latency)
+    if not model.fits(1e-3, model.delays):
+        return 0.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if model.fits(mid, model.delays):
+            lo = mid
+        else:
+            hi = mid
+    return lo
