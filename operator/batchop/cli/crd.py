@@ -1,0 +1,23 @@
+"""`batchop crd`: print the BatchedModel CRD generated from the API models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "crd",
+        help="print the BatchedModel CRD (generated from the API models)",
+        description="Print the BatchedModel CustomResourceDefinition as YAML. "
+        "crds/batchedmodel.yaml is this output.",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from batchop.api.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+    return 0
