@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit lint crd demo bench clean
+.PHONY: install test unit lint crd dashboard demo bench clean
 
 install: $(STAMP)
 
@@ -29,6 +29,11 @@ test: install lint
 
 crd: install
 	$(BIN)/batchop crd > crds/batchedmodel.yaml
+	cp crds/batchedmodel.yaml charts/batchop/crds/batchedmodel.yaml
+
+# The chart's Grafana dashboard and alert rules, generated from batchop.dashboard.
+dashboard: install
+	$(BIN)/python -m batchop.dashboard charts/batchop/files
 
 demo: install
 	$(BIN)/batchop demo --report reports/demo

@@ -108,6 +108,12 @@ class OperatorMetrics:
             BM_LABELS,
             registry=r,
         )
+        self.condition = Gauge(
+            "batchop_condition",
+            "1 when the BatchedModel's status condition of this type is True, else 0.",
+            [*BM_LABELS, "type"],
+            registry=r,
+        )
         self.tick_duration = Histogram(
             "batchop_tick_duration_seconds",
             "Wall time of one tuning tick for all BatchedModels (query, decide, act).",
@@ -134,9 +140,11 @@ class OperatorMetrics:
             registry=r,
         )
         # Label sets of the counters with extra labels, per BatchedModel, for `forget`.
-        self._counter_labels: dict[tuple[str, str], set[tuple[Counter, tuple[str, ...]]]] = {}
+        self._counter_labels: dict[
+            tuple[str, str], set[tuple[Counter | Gauge, tuple[str, ...]]]
+        ] = {}
 
-    def _remember(self, counter: Counter, labels: tuple[str, ...]) -> None:
+    def _remember(self, counter: Counter | Gauge, labels: tuple[str, ...]) -> None:
         self._counter_labels.setdefault(labels[:2], set()).add((counter, labels))
 
     def record_decision(
@@ -170,6 +178,11 @@ class OperatorMetrics:
         for gauge, value in values:
             if value is not None:
                 gauge.labels(namespace, name).set(value)
+
+    def set_condition(self, namespace: str, name: str, type_: str, status: bool) -> None:
+        """Mirror a status condition (Ready, SLOMet, CapacityLimited, ...) for alerting."""
+        self.condition.labels(namespace, name, type_).set(1 if status else 0)
+        self._remember(self.condition, (namespace, name, type_))
 
     def record_reconcile_error(self, namespace: str, name: str, stage: str) -> None:
         self.reconcile_errors.labels(namespace, name, stage).inc()
@@ -252,6 +265,10 @@ def set_state(
         ready_replicas=ready_replicas,
         slo_ms=slo_ms,
     )
+
+
+def set_condition(namespace: str, name: str, type_: str, status: bool) -> None:
+    METRICS.set_condition(namespace, name, type_, status)
 
 
 def record_reconcile_error(namespace: str, name: str, stage: str) -> None:

@@ -40,6 +40,8 @@ def test_decisions_gauges_and_errors_are_served() -> None:
     m.set_state("ml", "resnet", applied_delay_us=800, desired_replicas=3, ready_replicas=2)
     m.set_state("ml", "resnet", slo_ms=50)
     m.record_reconcile_error("ml", "resnet", "apply")
+    m.set_condition("ml", "resnet", "SLOMet", False)
+    m.set_condition("ml", "resnet", "CapacityLimited", True)
     with m.time_tick():
         pass
     with pytest.raises(RuntimeError), m.time_query("p99"):
@@ -56,6 +58,8 @@ def test_decisions_gauges_and_errors_are_served() -> None:
     assert samples[("batchop_ready_replicas", bm())] == 2
     assert samples[("batchop_slo_p99_milliseconds", bm())] == 50
     assert samples[("batchop_reconcile_errors_total", bm(stage="apply"))] == 1
+    assert samples[("batchop_condition", bm(type="SLOMet"))] == 0
+    assert samples[("batchop_condition", bm(type="CapacityLimited"))] == 1
     assert samples[("batchop_tick_duration_seconds_count", frozenset())] == 1
     q = frozenset({"query": "p99"}.items())
     assert samples[("batchop_prometheus_query_duration_seconds_count", q)] == 1
@@ -68,6 +72,7 @@ def test_forget_drops_only_that_models_series() -> None:
         m.record_decision("ml", name, "scale-up", "load")
         m.set_state("ml", name, applied_delay_us=100, desired_replicas=1)
         m.record_reconcile_error("ml", name, "tick")
+        m.set_condition("ml", name, "Ready", True)
     m.forget("ml", "resnet")
     names = {dict(labels).get("batchedmodel") for _, labels in scrape(m)}
     assert "resnet" not in names
