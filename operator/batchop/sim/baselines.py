@@ -1,0 +1,278 @@
+"""Baseline policies, each a `decide(obs, spec, state) -> Decision` like batchop's own.
+
+* static  - fixed delay and replicas.
+* hpa     - the Kubernetes HPA algorithm on mean queue time per request, delay fixed.
+* nobatch - Triton without the dynamic batcher (one request per execution), HPA replicas.
+* aimd    - Clipper-style additive increase / multiplicative decrease of the delay, HPA
+            replicas.
+* oracle  - knows the trace: per minute, the fewest replicas and the cheapest delay whose
+            simulated steady-state p99 meets the SLO (lower bound on GPU-seconds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from batchop.sim.profile import Profile
+from batchop.sim.trace import Trace
+from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
+
+# HPA target: mean queue time per request, as a fraction of the SLO. Queue time is the part
+# of latency that replicas cut; with a p99 roughly 3-5x the mean wait, 10% of the SLO leaves
+# room for the tail and the compute time. (KServe/KEDA users pick such a target by hand.)
+HPA_QUEUE_TARGET_FRACTION = 0.10
+HPA_TOLERANCE = 0.10
+HPA_SCALE_DOWN_WINDOW_S = 300.0
+HPA_SYNC_S = 15.0
+# AIMD (Clipper adapted to the delay): +step while p99 is under the SLO with a margin, x0.5
+# on a violation.
+AIMD_STEP_US = 250
+AIMD_BACKOFF = 0.5
+AIMD_HEADROOM = 0.9
+# Oracle: a candidate meets the SLO when its steady-state p99 is within this share of it.
+ORACLE_MARGIN = 0.95
+
+
+def _hold(obs: Observation, state: TuningState, why: str) -> Decision:
+    return Decision(obs.replicas, obs.delay_us, why, state, kind="hold")
+
+
+def _kind(obs: Observation, replicas: int, delay_us: int) -> str:
+    if replicas > obs.replicas:
+        return "scale-up"
+    if replicas < obs.replicas:
+        return "scale-down"
+    if delay_us > obs.delay_us:
+        return "delay-up"
+    if delay_us < obs.delay_us:
+        return "delay-down"
+    return "hold"
+
+
+def static_policy(delay_us: int, replicas: int) -> Callable[..., Decision]:
+    def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
+        kind = _kind(obs, replicas, delay_us)
+        return Decision(
+            replicas, delay_us, f"static: {replicas} replicas, {delay_us} us", state, kind=kind
+        )
+
+    return decide
+
+
+def hpa_replicas(
+    obs: Observation, spec: TuningSpec, state: TuningState
+) -> tuple[int, str, TuningState]:
+    """One HPA sync: desired = ceil(ready * metric / target) outside a 10% tolerance, scale-up
+    limited to max(2x, +4) per sync, scale-down to the highest recommendation of the last 5
+    minutes. Holds when the metric is missing."""
+    target = HPA_QUEUE_TARGET_FRACTION * spec.slo_ms
+    current = obs.replicas
+    if obs.queue_ms is None or obs.rps is None:
+        return current, "hpa: queue-time metric missing, hold", state
+    ratio = obs.queue_ms / target
+    ready = max(1, obs.ready_replicas)
+    rec = current if abs(ratio - 1.0) <= HPA_TOLERANCE else math.ceil(ready * ratio)
+    rec = min(max(rec, spec.min_replicas), spec.max_replicas)
+    # Before the first sync the count in force is what was last recommended.
+    history = state.recommendations or ((0.0, current),)
+    recs = tuple((t, r) for t, r in history if t > obs.time_s - HPA_SCALE_DOWN_WINDOW_S) + (
+        (obs.time_s, rec),
+    )
+    if rec > current:
+        desired = min(rec, max(2 * current, current + 4))
+    else:
+        desired = min(current, max(r for _, r in recs))
+    desired = min(max(desired, spec.min_replicas), spec.max_replicas)
+    why = (
+        f"hpa: queue {obs.queue_ms:.2f} ms vs target {target:.2f} ms (ratio {ratio:.2f}) "
+        f"at {obs.rps:.0f} rps: {current} -> {desired} replicas"
+    )
+    return desired, why, replace(state, recommendations=recs)
+
+
+def hpa_decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
+    replicas, why, state = hpa_replicas(obs, spec, state)
+    return Decision(replicas, obs.delay_us, why, state, kind=_kind(obs, replicas, obs.delay_us))
+
+
+def aimd_decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
+    replicas, why, state = hpa_replicas(obs, spec, state)
+    delay = obs.delay_us
+    if obs.p99_ms is not None:
+        if obs.p99_ms > spec.slo_ms:
+            delay = int(delay * AIMD_BACKOFF)
+            why += f"; p99 {obs.p99_ms:.1f} ms > SLO: delay x{AIMD_BACKOFF}"
+        elif obs.p99_ms < AIMD_HEADROOM * spec.slo_ms:
+            delay += AIMD_STEP_US
+            why += f"; p99 {obs.p99_ms:.1f} ms under SLO: delay +{AIMD_STEP_US} us"
+    delay = min(max(delay, spec.min_delay_us), spec.max_delay_us)
+    return Decision(replicas, delay, why, state, kind=_kind(obs, replicas, delay))
+
+
+@dataclass(frozen=True)
+class OracleTable:
+    """Steady-state p99 and GPU time per request of ONE replica, from short simulations,
+    over a grid of per-replica rates and delays. A Service splits Poisson traffic at random,
+    so each of n replicas sees Poisson traffic at rate/n: one replica's table covers all n."""
+
+    rates: tuple[float, ...]
+    delays: tuple[int, ...]
+    p99_ms: tuple[tuple[float, ...], ...]  # [delay][rate]; inf where unstable / not run
+    busy_ms: tuple[tuple[float, ...], ...]  # GPU ms per request
+
+    def best(self, rate: float, slo_ms: float) -> tuple[int, float] | None:
+        """Cheapest delay meeting the SLO at this per-replica rate: (delay, p99) or None."""
+        k = next((i for i, r in enumerate(self.rates) if r >= rate), None)
+        if k is None:
+            return None
+        best: tuple[float, int, float] | None = None
+        for j, d in enumerate(self.delays):
+            p99 = self.p99_ms[j][k]
+            if p99 <= ORACLE_MARGIN * slo_ms:
+                cand = (self.busy_ms[j][k], d, p99)
+                if best is None or cand[0] < best[0] - 1e-9:
+                    best = cand
+        return None if best is None else (best[1], best[2])
+
+
+@lru_cache(maxsize=16)
+def oracle_table(profile: Profile, slo_ms: float, min_delay: int, max_delay: int) -> OracleTable:
+    from batchop.sim.engine import SimConfig, SimPolicy, simulate
+    from batchop.sim.report import summarize
+    from batchop.sim.trace import constant_trace
+
+    cap = profile.capacity_rps()
+    rates = tuple(
+        cap * f
+        for f in (
+            0.01,
+            0.02,
+            0.035,
+            0.05,
+            0.075,
+            0.1,
+            0.15,
+            0.2,
+            0.25,
+            0.3,
+            0.35,
+            0.4,
+            0.45,
+            0.5,
+            0.55,
+            0.6,
+            0.65,
+            0.7,
+            0.75,
+            0.8,
+            0.85,
+            0.9,
+            0.95,
+        )
+    )
+    delays = tuple(
+        sorted(
+            {
+                min(max(d, min_delay), max_delay)
+                for d in (0, 250, 500, 1000, 2000, 4000, 8000, 16000)
+            }
+        )
+    )
+    p99s: list[tuple[float, ...]] = []
+    busys: list[tuple[float, ...]] = []
+    for d in delays:
+        row_p, row_b = [], []
+        stable = True
+        for r in rates:
+            if not stable:
+                row_p.append(math.inf)
+                row_b.append(math.inf)
+                continue
+            seconds = min(120.0, max(10.0, 20000.0 / r))
+            spec = TuningSpec(
+                slo_ms=slo_ms,
+                max_batch_size=profile.max_batch_size,
+                start_delay_us=d,
+                start_replicas=1,
+                interval_s=1e9,
+            )
+            run = simulate(
+                profile,
+                constant_trace(r, seconds),
+                spec,
+                SimPolicy("static", static_policy(d, 1)),
+                SimConfig(seed=7),
+            )
+            s = summarize(run, slo_ms)
+            p99 = s["p99_ms"] if s["p99_ms"] is not None else math.inf
+            row_p.append(p99)
+            row_b.append(s["gpu_busy_seconds"] * 1000.0 / max(1, s["requests"]))
+            stable = p99 <= 2 * slo_ms  # beyond this, higher rates cannot meet it either
+        p99s.append(tuple(row_p))
+        busys.append(tuple(row_b))
+    return OracleTable(rates, delays, tuple(p99s), tuple(busys))
+
+
+def oracle_policy(
+    profile: Profile, trace: Trace, slo_ms: float, spec: TuningSpec, interval_s: float
+) -> Callable[..., Decision]:
+    table = oracle_table(profile, slo_ms, spec.min_delay_us, spec.max_delay_us)
+
+    def need(rate: float) -> tuple[int, int]:
+        for n in range(spec.min_replicas, spec.max_replicas + 1):
+            got = table.best(rate / n, slo_ms)
+            if got is not None:
+                return n, got[0]
+        return spec.max_replicas, spec.min_delay_us
+
+    def decide(obs: Observation, spec_: TuningSpec, state: TuningState) -> Decision:
+        t = obs.time_s
+        # Replicas: enough for every minute until a pod started now would be ready.
+        horizon = t + profile.startup_seconds + interval_s
+        minute = math.floor(t / 60.0) * 60.0
+        n = spec.min_replicas
+        while minute < horizon:
+            n = max(n, need(trace.max_rate(max(minute, t), minute + 60.0))[0])
+            minute += 60.0
+        # Delay: the cheapest that meets the SLO for the pods ready until the next tick.
+        rate_now = trace.max_rate(t, t + interval_s)
+        got = table.best(rate_now / max(1, obs.ready_replicas), slo_ms)
+        delay = got[0] if got is not None else spec.min_delay_us
+        why = f"oracle: {rate_now:.0f} rps next, {n} replicas, {delay} us"
+        return Decision(n, delay, why, state, kind=_kind(obs, n, delay))
+
+    return decide
+
+
+POLICIES = ("batchop", "nobatch", "static", "hpa", "aimd", "oracle")
+
+
+def make_policy(
+    name: str, profile: Profile, trace: Trace, spec: TuningSpec, delay_us: int, replicas: int
+):  # -> SimPolicy
+    """The named policy as the simulator runs it."""
+    from batchop.sim.engine import SimPolicy
+
+    if name == "batchop":
+        from batchop.tuning.policy import decide
+
+        return SimPolicy("batchop", decide)
+    if name == "static":
+        return SimPolicy("static", static_policy(delay_us, replicas), interval_s=1e12)
+    if name == "hpa":
+        return SimPolicy("hpa", hpa_decide, interval_s=HPA_SYNC_S)
+    if name == "nobatch":
+        return SimPolicy("nobatch", hpa_decide, dynamic_batching=False, interval_s=HPA_SYNC_S)
+    if name == "aimd":
+        return SimPolicy("aimd", aimd_decide, interval_s=HPA_SYNC_S)
+    if name == "oracle":
+        interval = 15.0
+        return SimPolicy(
+            "oracle",
+            oracle_policy(profile, trace, spec.slo_ms, spec, interval),
+            interval_s=interval,
+        )
+    raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")

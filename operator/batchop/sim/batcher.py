@@ -1,0 +1,260 @@
+"""Triton's dynamic batcher for one replica, advanced a time slice at a time.
+
+Rules (Triton's batcher documentation): when a model instance is free, the batcher takes
+queued requests in arrival order. If the queue holds the largest preferred size (or the
+model's max batch size when no preferred sizes are set) the batch goes at once. Otherwise it
+waits while the oldest request has waited less than `max_queue_delay`; when that delay runs
+out it sends the largest preferred size it can form, or everything queued (up to max batch
+size). While every instance is busy, requests pile up, so the next batch takes what queued
+meanwhile: with a delay of 0 a loaded server still batches. Without the dynamic batcher
+(Triton's default scheduler) every execution holds one request.
+
+Speed: requests are never Python objects. A replica's queue is an array of global request
+indices into sorted arrival times; the loop runs once per *batch*, using bisect on a plain list,
+and per-request results are filled in afterwards with numpy.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    max_batch_size: int
+    preferred_batch_sizes: tuple[int, ...] = ()
+    dynamic: bool = True  # False: Triton's default scheduler, one request per execution
+    instances: int = 1  # instance_group count per replica; they share the replica's GPU(s)
+    overlap_slowdown: float = 2.0  # see Profile.overlap_slowdown
+
+
+class RequestStore:
+    """Per-request columns indexed by global request number (arrival order)."""
+
+    def __init__(self, arrivals: np.ndarray | None = None, capacity: int = 1 << 16) -> None:
+        n = len(arrivals) if arrivals is not None else 0
+        cap = max(n, capacity)
+        self.n = n
+        self.arrival = np.empty(cap)
+        if arrivals is not None:
+            self.arrival[:n] = arrivals
+        self.start = np.full(cap, np.inf)
+        self.end = np.full(cap, np.inf)
+        self.compute = np.zeros(cap)  # execution time of the request's batch (s)
+        self.batch = np.zeros(cap, dtype=np.int32)
+        self.replica = np.full(cap, -1, dtype=np.int32)
+        self.client = np.full(cap, -1, dtype=np.int32)
+
+    def append(self, arrivals: np.ndarray, clients: np.ndarray) -> np.ndarray:
+        """Add requests (closed loop); returns their indices."""
+        m = len(arrivals)
+        if self.n + m > len(self.arrival):
+            cap = max(2 * len(self.arrival), self.n + m)
+            for name, fill in (
+                ("arrival", 0.0),
+                ("start", np.inf),
+                ("end", np.inf),
+                ("compute", 0.0),
+                ("batch", 0),
+                ("replica", -1),
+                ("client", -1),
+            ):
+                old = getattr(self, name)
+                new = np.full(cap, fill, dtype=old.dtype)
+                new[: self.n] = old[: self.n]
+                setattr(self, name, new)
+        idx = np.arange(self.n, self.n + m)
+        self.arrival[idx] = arrivals
+        self.client[idx] = clients
+        self.n += m
+        return idx
+
+
+@dataclass
+class Replica:
+    """One pod running Triton: its instances, its queue and what Prometheus scrapes from it."""
+
+    id: int
+    created_s: float
+    ready_s: float
+    delay_s: float
+    instances: int = 1
+    removed_s: float | None = None
+    free: list[float] = field(default_factory=list)  # per instance: when it is next idle
+    pending: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    busy_s: float = 0.0  # nominal execution time (GPU busy, before sharing slowdown)
+    executions: int = 0
+    # Prometheus-facing state: served requests not yet in a scrape, cumulative counters
+    # (success, inference count, exec count, queue us, compute us, request us), and the
+    # latencies behind the summary's sliding window as (scrape time, seconds[]).
+    uncounted: list[np.ndarray] = field(default_factory=list)
+    counters: np.ndarray = field(default_factory=lambda: np.zeros(6))
+    recent: list[tuple[float, np.ndarray]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.free:
+            self.free = [self.ready_s] * self.instances
+
+    def ready_at(self, t: float) -> bool:
+        return self.ready_s <= t and (self.removed_s is None or self.removed_s > t)
+
+    @property
+    def idle_at(self) -> float:
+        return max(self.free)
+
+
+def advance(
+    rep: Replica,
+    new: np.ndarray,
+    until: float,
+    store: RequestStore,
+    cfg: BatcherConfig,
+    lat_s: list[float],
+) -> np.ndarray:
+    """Run the replica's batcher over its queue plus `new` requests, forming every batch
+    that starts no later than `until` (later ones may still gain requests arriving after it).
+    Returns the global indices of the requests it started, in order."""
+    idx = np.concatenate((rep.pending, new)) if len(rep.pending) else new
+    if len(idx) == 0:
+        return idx
+    a_np = store.arrival[idx]
+    if not cfg.dynamic and cfg.instances == 1:
+        served, starts, ends = _fifo_single(rep, a_np, until, lat_s[1])
+        durs = np.full(served, lat_s[1])
+        sizes = np.ones(served, dtype=np.int32)
+        rep.busy_s += served * lat_s[1]
+        rep.executions += served
+        if served:
+            rep.free[0] = float(ends[-1])
+    else:
+        a = a_np.tolist()
+        if cfg.instances == 1:
+            starts_l, sizes_l, durs_l = _batches_single(rep, a, until, cfg, lat_s)
+        else:
+            starts_l, sizes_l, durs_l = _batches_multi(rep, a, until, cfg, lat_s)
+        starts = np.asarray(starts_l)
+        sizes = np.asarray(sizes_l, dtype=np.int32)
+        durs = np.asarray(durs_l)
+        served = int(sizes.sum()) if len(sizes) else 0
+        ends = starts + durs
+        # Nominal (unshared) work, for GPU busy time.
+        rep.busy_s += float(np.asarray(lat_s)[sizes].sum()) if len(sizes) else 0.0
+        rep.executions += len(sizes)
+    done = idx[:served]
+    rep.pending = idx[served:]
+    if served:
+        store.start[done] = np.repeat(starts, sizes)
+        store.end[done] = np.repeat(ends, sizes)
+        store.compute[done] = np.repeat(durs, sizes)
+        store.batch[done] = np.repeat(sizes, sizes)
+        store.replica[done] = rep.id
+        rep.uncounted.append(done)
+    return done
+
+
+def _fifo_single(
+    rep: Replica, a: np.ndarray, until: float, s: float
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """One request per execution, one instance: Lindley's recursion in closed form.
+    end_i = (i+1)s + max(free, max_{j<=i}(a_j - j s))."""
+    n = len(a)
+    k = np.arange(n)
+    c = np.maximum.accumulate(a - k * s)
+    np.maximum(c, rep.free[0], out=c)
+    ends = (k + 1) * s + c
+    starts = ends - s
+    served = int(np.searchsorted(starts, until, side="right"))
+    return served, starts[:served], ends[:served]
+
+
+def _batches_single(
+    rep: Replica, a: list[float], until: float, cfg: BatcherConfig, lat_s: list[float]
+) -> tuple[list[float], list[int], list[float]]:
+    n = len(a)
+    maxb = cfg.max_batch_size if cfg.dynamic else 1
+    preferred = sorted(p for p in cfg.preferred_batch_sizes if p <= maxb) if cfg.dynamic else []
+    target = preferred[-1] if preferred else maxb
+    delay = rep.delay_s if cfg.dynamic else 0.0
+    free = rep.free[0]
+    starts: list[float] = []
+    sizes: list[int] = []
+    durs: list[float] = []
+    i = 0
+    while i < n:
+        ai = a[i]
+        t0 = free if free > ai else ai
+        j = i + target - 1
+        if j < n and a[j] <= t0:
+            start, size = t0, target
+        else:
+            deadline = ai + delay
+            if t0 >= deadline:
+                start = t0
+            elif j < n and a[j] < deadline:
+                start = a[j]
+            else:
+                start = deadline
+            hi = i + maxb
+            size = bisect_right(a, start, i, hi if hi < n else n) - i
+            if size >= target:
+                size = target
+            elif preferred:
+                for p in reversed(preferred):
+                    if p <= size:
+                        size = p
+                        break
+        if start > until:
+            break
+        dur = lat_s[size]
+        starts.append(start)
+        sizes.append(size)
+        durs.append(dur)
+        free = start + dur
+        i += size
+    rep.free[0] = free
+    return starts, sizes, durs
+
+
+def _batches_multi(
+    rep: Replica, a: list[float], until: float, cfg: BatcherConfig, lat_s: list[float]
+) -> tuple[list[float], list[int], list[float]]:
+    """Several instances: each batch goes to the instance free first; executions that run at
+    the same time on the replica's GPU slow each other down (overlap_slowdown)."""
+    n = len(a)
+    maxb = cfg.max_batch_size if cfg.dynamic else 1
+    preferred = sorted(p for p in cfg.preferred_batch_sizes if p <= maxb) if cfg.dynamic else []
+    target = preferred[-1] if preferred else maxb
+    delay = rep.delay_s if cfg.dynamic else 0.0
+    extra = cfg.overlap_slowdown - 1.0
+    free = rep.free
+    starts: list[float] = []
+    sizes: list[int] = []
+    durs: list[float] = []
+    i = 0
+    while i < n:
+        inst = min(range(len(free)), key=free.__getitem__)
+        ai = a[i]
+        t0 = free[inst] if free[inst] > ai else ai
+        j = i + target - 1
+        if j < n and a[j] <= t0:
+            start, size = t0, target
+        else:
+            deadline = ai + delay
+            start = t0 if t0 >= deadline else (a[j] if j < n and a[j] < deadline else deadline)
+            hi = min(n, i + maxb)
+            size = min(bisect_right(a, start, i, hi) - i, target)
+            if size < target and preferred:
+                size = max((p for p in preferred if p <= size), default=size)
+        if start > until:
+            break
+        others = sum(1 for k, f in enumerate(free) if k != inst and f > start)
+        dur = lat_s[size] * (1.0 + extra * others)
+        starts.append(start)
+        sizes.append(size)
+        durs.append(dur)
+        free[inst] = start + dur
+        i += size
+    return starts, sizes, durs

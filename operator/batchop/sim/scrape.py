@@ -1,0 +1,123 @@
+"""What Prometheus would hold: per-pod cumulative counters and summary quantiles, sampled
+every scrape interval, and the Observation a controller builds from rate windows over them.
+
+The controller never sees ground truth: rates lag by up to a window, p99 is a sliding-window
+summary of the worst pod, and a pod that has not been scraped twice has no rate yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from batchop.sim.batcher import Replica, RequestStore
+from batchop.tuning.types import Observation
+
+# Counter columns, named as Triton exports them.
+SUCCESS, INFER_COUNT, EXEC_COUNT, QUEUE_US, COMPUTE_US, REQUEST_US = range(6)
+
+
+@dataclass(frozen=True)
+class Sample:
+    time_s: float
+    counters: dict[int, np.ndarray]  # pod id -> cumulative counters
+    p99_s: dict[int, float]  # pod id -> summary p99 (pods with requests in the window)
+    pending: int
+
+
+def scrape(t: float, pods: list[Replica], store: RequestStore, summary_window_s: float) -> Sample:
+    """Fold requests finished by t into each ready pod's counters and summary window."""
+    counters: dict[int, np.ndarray] = {}
+    p99: dict[int, float] = {}
+    pending = 0
+    for rep in pods:
+        if not rep.ready_at(t):
+            continue
+        if rep.uncounted:
+            u = np.concatenate(rep.uncounted) if len(rep.uncounted) > 1 else rep.uncounted[0]
+            end = store.end[u]
+            done_mask = end <= t
+            done = u[done_mask]
+            rest = u[~done_mask]
+            rep.uncounted = [rest] if len(rest) else []
+            if len(done):
+                arr = store.arrival[done]
+                latency = store.end[done] - arr
+                rep.counters += (
+                    len(done),
+                    len(done),
+                    float(np.sum(1.0 / store.batch[done])),
+                    float(np.sum(store.start[done] - arr)) * 1e6,
+                    float(np.sum(store.compute[done])) * 1e6,
+                    float(np.sum(latency)) * 1e6,
+                )
+                rep.recent.append((t, latency))
+        rep.recent = [(s, lat) for s, lat in rep.recent if s > t - summary_window_s]
+        if rep.recent:
+            window = np.concatenate([lat for _, lat in rep.recent])
+            if len(window):
+                p99[rep.id] = nearest_rank(window, 0.99)
+        counters[rep.id] = rep.counters.copy()
+        pending += len(rep.pending)
+    return Sample(time_s=t, counters=counters, p99_s=p99, pending=pending)
+
+
+def nearest_rank(values: np.ndarray, q: float) -> float:
+    """The q-quantile by the nearest-rank rule (a value that was actually observed)."""
+    n = len(values)
+    k = max(0, min(n - 1, int(np.ceil(q * n)) - 1))
+    return float(np.partition(values, k)[k])
+
+
+def observe(
+    t: float,
+    samples: list[Sample],
+    rate_window_s: float,
+    replicas: int,
+    ready: int,
+    delay_us: int,
+) -> Observation:
+    """Build the controller's Observation from scraped samples, as PromQL `rate(x[window])`
+    summed over pods and `max` of the pods' summary p99 would."""
+    base = Observation(time_s=t, replicas=replicas, ready_replicas=ready, delay_us=delay_us)
+    if not samples:
+        return base
+    last = samples[-1]
+    window = [s for s in samples if s.time_s >= last.time_s - rate_window_s - 1e-9]
+    delta = np.zeros(6)
+    rps = 0.0
+    rated = 0
+    for pod, now in last.counters.items():
+        first = next((s for s in window if pod in s.counters), None)
+        if first is None or first.time_s >= last.time_s:
+            continue
+        d = now - first.counters[pod]
+        delta += d
+        rps += d[SUCCESS] / (last.time_s - first.time_s)
+        rated += 1
+    p99 = max(last.p99_s.values()) * 1000.0 if last.p99_s else None
+    if rated == 0:
+        return Observation(
+            time_s=t,
+            p99_ms=p99,
+            pending=float(last.pending),
+            replicas=replicas,
+            ready_replicas=ready,
+            delay_us=delay_us,
+            age_s=t - last.time_s,
+        )
+    served = delta[SUCCESS]
+    return Observation(
+        time_s=t,
+        rps=rps,
+        avg_batch=delta[INFER_COUNT] / delta[EXEC_COUNT] if delta[EXEC_COUNT] > 0 else None,
+        queue_ms=delta[QUEUE_US] / served / 1000.0 if served > 0 else None,
+        compute_ms=delta[COMPUTE_US] / served / 1000.0 if served > 0 else None,
+        p99_ms=p99,
+        pending=float(last.pending),
+        replicas=replicas,
+        ready_replicas=ready,
+        delay_us=delay_us,
+        age_s=t - last.time_s,
+    )
