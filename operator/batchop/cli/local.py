@@ -1,0 +1,104 @@
+"""`batchop local up|down|status|kubeconfig [--name N]`: the local Kubernetes cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DEFAULT_NAME = "batchop"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "local",
+        help="a local Kubernetes (etcd + control plane built from Go modules, run by kwokctl) "
+        "with fake GPU nodes",
+        description="Manage a local cluster: real etcd, kube-apiserver, kube-controller-manager "
+        "and kube-scheduler run by `kwokctl --runtime binary`; KWOK fakes GPU nodes whose pods "
+        "get 127.10.x.y addresses. The first `up` builds the binaries (tens of minutes).",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def add(name: str, text: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=text, description=text)
+        sub.add_argument("--name", default=DEFAULT_NAME,
+                         help=f"cluster name (default {DEFAULT_NAME})")
+        sub.set_defaults(func=run)
+        return sub
+
+    up = add("up", "start a cluster and add GPU nodes")
+    up.add_argument("--nodes", type=int, default=2, help="fake GPU nodes (default 2)")
+    up.add_argument("--gpus-per-node", type=int, default=4,
+                    help="nvidia.com/gpu per node (default 4)")
+    up.add_argument("--cpu", default="32", help="cpu per node (default 32)")
+    up.add_argument("--memory", default="256Gi", help="memory per node (default 256Gi)")
+    up.add_argument("--port", type=int, default=None,
+                    help="kube-apiserver port (default: a free one)")
+    up.add_argument("--replace", action="store_true",
+                    help="delete a cluster of that name first instead of failing")
+    up.add_argument("--crd", action="append", default=[], metavar="PATH",
+                    help="apply this manifest (e.g. crds/batchedmodel.yaml) once up; repeatable")
+    add("down", "stop and delete a cluster")
+    status = add("status", "is it up; nodes and GPUs free")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    add("kubeconfig", "print the path of the cluster's kubeconfig")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from batchop.local.build import BuildError
+    from batchop.local.cluster import ClusterError, LocalCluster
+    from batchop.local.versions import PinError
+
+    try:
+        if args.action == "up":
+            cluster = LocalCluster(args.name, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                                   cpu=args.cpu, memory=args.memory, port=args.port)
+            cluster.up(replace=args.replace)
+            for path in args.crd:
+                cluster.apply_file(Path(path))
+            print(cluster.kubeconfig)
+            return 0
+        cluster = LocalCluster(args.name)
+        if args.action == "down":
+            if not cluster.down():
+                print(f"no cluster named {args.name!r}", file=sys.stderr)
+            return 0
+        if args.action == "kubeconfig":
+            if not cluster.exists():
+                print(f"error: no cluster named {args.name!r}; `batchop local up --name "
+                      f"{args.name}` first", file=sys.stderr)
+                return 1
+            print(cluster.kubeconfig)
+            return 0
+        return _print_status(cluster, as_json=args.json)
+    except (ClusterError, BuildError, PinError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _print_status(cluster: object, as_json: bool) -> int:
+    from batchop.local.cluster import LocalCluster
+
+    assert isinstance(cluster, LocalCluster)
+    state = cluster.status()
+    if as_json:
+        print(json.dumps({
+            "name": state.name, "up": state.up,
+            "kubeconfig": str(state.kubeconfig) if state.kubeconfig else None,
+            "gpus": state.gpus, "gpus_free": state.gpus_free,
+            "nodes": [{**vars(n), "gpus_free": n.gpus_free} for n in state.nodes],
+        }, indent=2))
+        return 0 if state.up else 1
+    if not state.up:
+        print(f"cluster {state.name!r}: down")
+        return 1
+    print(f"cluster {state.name!r}: up; kubeconfig {state.kubeconfig}")
+    print(f"GPUs: {state.gpus_free} free of {state.gpus}")
+    print(f"{'NODE':<14} {'READY':<6} {'POD CIDR':<16} {'GPUS':>5} {'FREE':>5}")
+    for node in state.nodes:
+        print(f"{node.name:<14} {str(node.ready):<6} {node.pod_cidr:<16} "
+              f"{node.gpus:>5} {node.gpus_free:>5}")
+    return 0

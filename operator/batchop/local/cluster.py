@@ -1,0 +1,331 @@
+"""A real local Kubernetes control plane run by `kwokctl --runtime binary`, with GPU nodes.
+
+etcd, kube-apiserver (RBAC on), kube-controller-manager and kube-scheduler are the binaries
+built by batchop.local.build; kwok-controller plays kubelet for the fake nodes. Every binary
+is passed explicitly (kwokctl would otherwise try to download it, and there is no internet).
+kwokctl picks free ports, so clusters with different names run side by side.
+
+    cluster = LocalCluster("demo").up()      # builds binaries on first use
+    cluster.kubectl("get", "nodes")
+    cluster.down()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from batchop.local import build, nodes
+from batchop.local.versions import load_pins
+
+NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+TERMINAL_PHASES = {"Succeeded", "Failed"}
+
+
+class ClusterError(RuntimeError):
+    """The local cluster could not be brought up, down or inspected; says why."""
+
+
+class ClusterExists(ClusterError):
+    """A cluster of that name is already up."""
+
+
+class PortInUse(ClusterError):
+    """A port asked for (or needed) is taken by another process."""
+
+
+def kwok_workdir() -> Path:
+    """kwokctl's work directory (its KWOK_WORKDIR convention, default ~/.kwok)."""
+    return Path(os.environ.get("KWOK_WORKDIR") or Path.home() / ".kwok")
+
+
+def find_kubectl() -> Path:
+    """The kubectl installed into this venv by batchop.local.tools (extracted if missing)."""
+    from batchop.local.tools import ensure_tools
+
+    candidate = Path(sys.prefix) / "bin" / "kubectl"
+    if os.access(candidate, os.X_OK):
+        return candidate
+    return ensure_tools()[0]
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    ready: bool
+    pod_cidr: str
+    gpus: int
+    gpus_requested: int
+
+    @property
+    def gpus_free(self) -> int:
+        return max(self.gpus - self.gpus_requested, 0)
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    name: str
+    up: bool
+    kubeconfig: Path | None
+    nodes: list[NodeStatus] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    @property
+    def gpus_free(self) -> int:
+        return sum(n.gpus_free for n in self.nodes if n.ready)
+
+
+def gpu_count(value: str | int | None) -> int:
+    """nvidia.com/gpu quantities are whole numbers; absent means 0."""
+    return int(str(value)) if value not in (None, "") else 0
+
+
+def summarize_nodes(node_items: list[dict], pod_items: list[dict]) -> list[NodeStatus]:
+    """Per-node GPU capacity and the GPUs requested by live pods bound to it (pure)."""
+    requested: dict[str, int] = {}
+    for pod in pod_items:
+        node = pod.get("spec", {}).get("nodeName")
+        if not node or pod.get("status", {}).get("phase") in TERMINAL_PHASES:
+            continue
+        for container in pod["spec"].get("containers", []):
+            limits = container.get("resources", {}).get("limits", {})
+            requests = container.get("resources", {}).get("requests", {})
+            gpus = requests.get(nodes.GPU_RESOURCE, limits.get(nodes.GPU_RESOURCE))
+            requested[node] = requested.get(node, 0) + gpu_count(gpus)
+    result = []
+    for item in node_items:
+        conditions = item.get("status", {}).get("conditions", [])
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        name = item["metadata"]["name"]
+        result.append(
+            NodeStatus(
+                name=name,
+                ready=ready,
+                pod_cidr=item.get("spec", {}).get("podCIDR", ""),
+                gpus=gpu_count(item.get("status", {}).get("allocatable", {}).get(
+                    nodes.GPU_RESOURCE)),
+                gpus_requested=requested.get(name, 0),
+            )
+        )
+    return result
+
+
+class LocalCluster:
+    """One named local cluster. `up()` is idempotent only with `replace=True`."""
+
+    def __init__(
+        self,
+        name: str = "batchop",
+        nodes: int = 2,
+        gpus_per_node: int = 4,
+        cpu: str = "32",
+        memory: str = "256Gi",
+        port: int | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        if not NAME_RULE.match(name):
+            raise ClusterError(
+                f"cluster name {name!r}: use 1-40 lowercase letters, digits and '-', "
+                "starting and ending with a letter or digit"
+            )
+        self.name = name
+        self.node_count = nodes
+        self.gpus_per_node = gpus_per_node
+        self.cpu = cpu
+        self.memory = memory
+        self.port = port
+        self._say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
+
+    # --- paths -------------------------------------------------------------------------
+    @property
+    def workdir(self) -> Path:
+        return kwok_workdir() / "clusters" / self.name
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig.yaml"
+
+    @property
+    def log_path(self) -> Path:
+        return build.cache_root() / "logs" / f"kwokctl-{self.name}.log"
+
+    # --- commands ----------------------------------------------------------------------
+    def _kwokctl_env(self, kubectl: Path) -> dict[str, str]:
+        pins = load_pins()
+        env = dict(os.environ)
+        env["KWOK_KUBE_VERSION"] = pins.kubernetes
+        env["KWOK_ETCD_VERSION"] = pins.etcd
+        env["KWOK_KUBECTL_BINARY"] = str(kubectl)
+        env["PATH"] = f"{kubectl.parent}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def _kwokctl(self, args: Sequence[str], binaries: build.Binaries, timeout: float = 300
+                 ) -> subprocess.CompletedProcess[str]:
+        command = [str(binaries.kwokctl), "--name", self.name, *args]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            command, env=self._kwokctl_env(find_kubectl()), capture_output=True, text=True,
+            timeout=timeout,
+        )
+        with open(self.log_path, "a") as log:
+            log.write(f"$ {' '.join(command)}\n{result.stdout}{result.stderr}\n")
+        return result
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this cluster; raises ClusterError with stderr when check fails."""
+        command = [str(find_kubectl()), "--kubeconfig", str(self.kubeconfig), *args]
+        result = subprocess.run(
+            command, input=input, capture_output=True, text=True, timeout=timeout
+        )
+        if check and result.returncode != 0:
+            raise ClusterError(
+                f"kubectl {' '.join(args)} failed (exit {result.returncode}): "
+                f"{result.stderr.strip()}"
+            )
+        return result
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def exists(self) -> bool:
+        """kwokctl knows a cluster of this name (running or not)."""
+        return (self.workdir / "kwok.yaml").exists()
+
+    def is_up(self) -> bool:
+        """Known to kwokctl and its API server answers."""
+        if not self.exists() or not self.kubeconfig.exists():
+            return False
+        return self.kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode == 0
+
+    def up(self, replace: bool = False, timeout_s: float = 300) -> LocalCluster:
+        """Start the control plane, add the GPU nodes and wait until they are Ready."""
+        if self.exists():
+            if not replace:
+                state = "up" if self.is_up() else "created but not answering"
+                raise ClusterExists(
+                    f"a cluster named {self.name!r} is already {state} "
+                    f"(kubeconfig {self.kubeconfig}); `batchop local down --name {self.name}` "
+                    "first, or pick another --name"
+                )
+            self.down()
+        if self.port is not None and not port_free(self.port):
+            raise PortInUse(f"port {self.port} on 127.0.0.1 is in use; pick another --port "
+                            "or leave it out to let kwokctl choose a free one")
+        manifest = nodes.node_list(self.node_count, self.gpus_per_node, self.cpu, self.memory)
+        binaries = build.ensure_binaries(self._say)
+        started = time.monotonic()
+        self._say(f"starting cluster {self.name!r} (kwokctl --runtime binary)")
+        args = [
+            "create", "cluster",
+            "--runtime", "binary",
+            "--kube-apiserver-binary", str(binaries.kube_apiserver),
+            "--kube-controller-manager-binary", str(binaries.kube_controller_manager),
+            "--kube-scheduler-binary", str(binaries.kube_scheduler),
+            "--etcd-binary", str(binaries.etcd),
+            "--kwok-controller-binary", str(binaries.kwok),
+            "--kube-authorization=true",
+            "--kubeconfig", "",  # leave ~/.kube/config alone; ours is self.kubeconfig
+            "--wait", f"{int(timeout_s)}s",
+            "--quiet-pull",
+        ]
+        if self.port is not None:
+            args += ["--kube-apiserver-port", str(self.port)]
+        result = self._kwokctl(args, binaries, timeout=timeout_s + 60)
+        if result.returncode != 0:
+            output = result.stdout + result.stderr
+            self._cleanup_failed(binaries)
+            if "address already in use" in output:
+                raise PortInUse(f"a port of cluster {self.name!r} is in use: "
+                                f"{_tail(output)} (log: {self.log_path})")
+            raise ClusterError(f"kwokctl create cluster {self.name!r} failed: {_tail(output)} "
+                               f"(log: {self.log_path})")
+        try:
+            self.kubectl("create", "-f", "-", input=json.dumps(manifest))
+            self._wait_ready(deadline=started + timeout_s)
+        except (ClusterError, subprocess.TimeoutExpired):
+            self._cleanup_failed(binaries)
+            raise
+        self._say(f"cluster {self.name!r} up in {time.monotonic() - started:.1f}s: "
+                  f"{self.node_count} nodes x {self.gpus_per_node} {nodes.GPU_RESOURCE}; "
+                  f"kubeconfig {self.kubeconfig}")
+        return self
+
+    def _wait_ready(self, deadline: float) -> None:
+        selector = f"{nodes.LOCAL_LABEL}=true"
+        remaining = max(int(deadline - time.monotonic()), 10)
+        self.kubectl("wait", "--for=condition=Ready", "node", "-l", selector,
+                     f"--timeout={remaining}s", timeout=remaining + 30)
+        # Pods cannot be created until the controller-manager made the default ServiceAccount.
+        while True:
+            found = self.kubectl("get", "serviceaccount", "default", "-n", "default",
+                                 check=False, timeout=15)
+            if found.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"cluster {self.name!r}: no default ServiceAccount after "
+                                   f"waiting; is kube-controller-manager running? "
+                                   f"(logs: {self.workdir / 'logs'})")
+            time.sleep(0.5)
+
+    def _cleanup_failed(self, binaries: build.Binaries) -> None:
+        """Leave nothing half-started behind, but keep the component logs for diagnosis."""
+        logs = self.workdir / "logs"
+        if logs.is_dir():
+            kept = build.cache_root() / "logs" / f"failed-{self.name}"
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(logs, kept)
+        self._kwokctl(["delete", "cluster", "--kubeconfig", ""], binaries, timeout=120)
+
+    def down(self) -> bool:
+        """Stop and delete the cluster; False when there was none."""
+        if not self.exists():
+            return False
+        binaries = build.ensure_binaries(self._say)
+        result = self._kwokctl(["delete", "cluster", "--kubeconfig", ""], binaries, timeout=120)
+        if result.returncode != 0:
+            raise ClusterError(f"kwokctl delete cluster {self.name!r} failed: "
+                               f"{_tail(result.stdout + result.stderr)} (log: {self.log_path})")
+        return True
+
+    def status(self) -> ClusterStatus:
+        if not self.is_up():
+            return ClusterStatus(name=self.name, up=False,
+                                 kubeconfig=self.kubeconfig if self.exists() else None)
+        node_items = self.kubectl_json("get", "nodes")["items"]
+        pod_items = self.kubectl_json("get", "pods", "--all-namespaces")["items"]
+        return ClusterStatus(name=self.name, up=True, kubeconfig=self.kubeconfig,
+                             nodes=summarize_nodes(node_items, pod_items))
+
+    def apply_file(self, path: Path) -> None:
+        """Server-side apply a manifest (e.g. the BatchedModel CRD) to this cluster."""
+        self.kubectl("apply", "--server-side", "-f", str(path))
+
+
+def _tail(text: str, lines: int = 8) -> str:
+    return " | ".join(text.strip().splitlines()[-lines:])
