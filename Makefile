@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit lint crd dashboard demo bench clean
+.PHONY: install test unit lint crd dashboard demo bench clean cluster-binaries
 
 install: $(STAMP)
 
@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,local]'
+	$(BIN)/python -m batchop.local.tools
 	@touch $(STAMP)
 
 lint: install
@@ -24,7 +25,12 @@ lint: install
 unit: install
 	$(BIN)/python -m pytest -q tests/unit
 
-test: install lint
+# etcd, kube-* and kwok built from Go modules into ~/.cache/batchop (skipped when present;
+# the first, cold build takes tens of minutes and prints progress).
+cluster-binaries: install
+	$(BIN)/python -m batchop.local.build
+
+test: install lint cluster-binaries
 	$(BIN)/python -m pytest -q
 
 crd: install
