@@ -35,6 +35,8 @@ ANNOTATION_DELAY = f"{GROUP}/max-queue-delay-us"
 # The Prometheus label that carries the BatchedModel name after relabeling (PodMonitor here,
 # kubernetes_sd relabeling in the local stack): queries group `by (namespace, batchedmodel)`.
 PROM_LABEL_MODEL = "batchedmodel"
+# The Kubernetes service-discovery meta label Prometheus gives the pod label LABEL_MODEL.
+PROM_META_LABEL_MODEL = "__meta_kubernetes_pod_label_batchop_io_batchedmodel"
 
 # Triton 2.51 is the release in NGC's 24.10 container.
 DEFAULT_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
@@ -47,6 +49,12 @@ PORT_NAME_HTTP = "http"
 PORT_NAME_GRPC = "grpc"
 PORT_NAME_METRICS = "metrics"
 CONTAINER_NAME = "tritonserver"
+
+# Volumes batchop adds to every pod (read-only root filesystem: /tmp and /dev/shm writable).
+TMP_VOLUME = "batchop-tmp"
+SHM_VOLUME = "batchop-shm"
+TMP_PATH = "/tmp"
+SHM_PATH = "/dev/shm"
 
 # Condition types reported in status.conditions.
 CONDITION_TYPES = (

@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from batchop.api.constants import API_VERSION, KIND
+from batchop.api.constants import API_VERSION, KIND, SHM_PATH, SHM_VOLUME, TMP_PATH, TMP_VOLUME
 from batchop.api.errors import SpecError, Violation
 from batchop.api.rules import Rule, failed
 
@@ -64,7 +64,8 @@ MANAGED_FLAGS = (
     "--allow-http",
     "--allow-metrics",
 )
-RESERVED_VOLUME = "batchop-tmp"  # the emptyDir the renderer mounts at /tmp
+RESERVED_VOLUMES = (TMP_VOLUME, SHM_VOLUME)  # emptyDirs the renderer adds to every pod
+RESERVED_MOUNT_PATHS = (TMP_PATH, SHM_PATH)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -228,7 +229,11 @@ def _is_managed_flag(arg: str) -> bool:
     return any(arg == flag or arg.startswith(flag + "=") for flag in MANAGED_FLAGS)
 
 
-_MANAGED_FLAGS_CEL = "[" + ", ".join(f"'{flag}'" for flag in MANAGED_FLAGS) + "]"
+def _cel_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
+_MANAGED_FLAGS_CEL = _cel_list(MANAGED_FLAGS)
 
 
 class ServerSpec(APIModel):
@@ -273,13 +278,16 @@ class ServerSpec(APIModel):
     volumes: list[dict[str, Any]] | None = Field(
         default=None,
         max_length=64,
-        description=f"Extra pod volumes, as in a Pod's spec (the name {RESERVED_VOLUME} is "
-        "reserved).",
+        description="Extra pod volumes, as in a Pod's spec (the names "
+        + " and ".join(RESERVED_VOLUMES)
+        + " are reserved).",
     )
     volume_mounts: list[dict[str, Any]] | None = Field(
         default=None,
         max_length=64,
-        description="Extra volume mounts of the tritonserver container.",
+        description="Extra volume mounts of the tritonserver container (batchop mounts "
+        + " and ".join(RESERVED_MOUNT_PATHS)
+        + " itself).",
     )
     service_account_name: str | None = Field(
         default=None,
@@ -311,11 +319,21 @@ class ServerSpec(APIModel):
             reason="FieldValueForbidden",
         ),
         Rule(
-            cel=f"!has(self.volumes) || self.volumes.all(v, !has(v.name) || "
-            f"v.name != '{RESERVED_VOLUME}')",
-            message=f"the volume name {RESERVED_VOLUME} is reserved by batchop",
+            cel="!has(self.volumes) || self.volumes.all(v, !has(v.name) || "
+            f"!(v.name in {_cel_list(RESERVED_VOLUMES)}))",
+            message="volume names " + ", ".join(RESERVED_VOLUMES) + " are reserved by batchop",
             field="volumes",
-            check=lambda s: all(v.get("name") != RESERVED_VOLUME for v in s.volumes or ()),
+            check=lambda s: all(v.get("name") not in RESERVED_VOLUMES for v in s.volumes or ()),
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            cel="!has(self.volumeMounts) || self.volumeMounts.all(m, !has(m.mountPath) || "
+            f"!(m.mountPath in {_cel_list(RESERVED_MOUNT_PATHS)}))",
+            message="mount paths " + ", ".join(RESERVED_MOUNT_PATHS) + " are batchop's",
+            field="volumeMounts",
+            check=lambda s: all(
+                m.get("mountPath") not in RESERVED_MOUNT_PATHS for m in s.volume_mounts or ()
+            ),
             reason="FieldValueForbidden",
         ),
     )
