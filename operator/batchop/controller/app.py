@@ -1,0 +1,94 @@
+"""Runs the operator: kopf, embedded, with batchop's settings.
+
+Choices made here, and why:
+- Persistence in annotations under `batchop.io/` (kopf's progress and last-handled
+  configuration), never in `status`: status belongs to the API and to `kubectl get bm`.
+- Standalone (no peering): one operator per cluster, run by a Deployment with one replica;
+  peering would need its own CRD installed for nothing.
+- No finalizer: there is no deletion handler, timer or daemon (see handlers.py), so kopf adds
+  none and a BatchedModel can be deleted while the operator is down.
+- CRD scanning only cluster-wide, so a namespaced install needs no cluster-wide rights.
+- Kubernetes Events are posted only when the handlers ask (kopf's own handler log lines
+  would flood `kubectl describe` with "Handler succeeded"): posting level WARNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from batchop.api.constants import GROUP
+from batchop.controller.settings import Settings
+
+log = logging.getLogger("batchop.controller")
+
+
+def operator_settings(settings: Settings) -> Any:
+    """kopf's settings for batchop."""
+    import kopf
+
+    ops = kopf.OperatorSettings()
+    ops.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    ops.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    ops.persistence.finalizer = f"{GROUP}/finalizer"
+    ops.peering.standalone = True
+    ops.peering.mandatory = False
+    ops.posting.enabled = True
+    ops.posting.level = logging.WARNING
+    ops.execution.max_workers = settings.workers
+    ops.watching.server_timeout = 300
+    ops.watching.client_timeout = 330
+    ops.networking.request_timeout = 60
+    # Watching listed namespaces runs with namespaced RBAC only: no cluster-wide CRD scanning
+    # (resources are resolved once at start; a PodMonitor CRD added later needs a restart).
+    ops.scanning.disabled = not settings.all_namespaces
+    return ops
+
+
+def configure_logging(settings: Settings) -> None:
+    """Structured (JSON) logs by default; kopf adds the object reference to each record."""
+    import kopf
+
+    fmt = {
+        "json": kopf.LogFormat.JSON,
+        "full": kopf.LogFormat.FULL,
+        "plain": kopf.LogFormat.PLAIN,
+    }[settings.log_format]
+    kopf.configure(verbose=settings.verbose, log_format=fmt, log_refkey="object")
+    for noisy in ("kubernetes", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run(settings: Settings) -> int:
+    """Run until SIGINT/SIGTERM. Returns the exit code."""
+    import kopf
+
+    from batchop.controller.handlers import build_registry
+    from batchop.controller.kube import Cluster, make_api_client
+
+    configure_logging(settings)
+    if settings.kubeconfig:
+        # kopf's own login (kubernetes client piggybacking) reads the same file.
+        os.environ["KUBECONFIG"] = settings.kubeconfig
+    cluster = Cluster(make_api_client(settings.kubeconfig))
+    registry = build_registry(settings, cluster)
+    if settings.metrics_address is not None:
+        from batchop.metrics import start_metrics_server
+
+        host, port = settings.metrics_address
+        server, _thread = start_metrics_server(addr=host, port=port)
+        log.info("serving /metrics on %s:%d", host, server.server_port)
+    scope = "every namespace" if settings.all_namespaces else ", ".join(settings.namespaces)
+    log.info("batchop operator starting; watching %s", scope)
+    kopf.run(
+        registry=registry,
+        settings=operator_settings(settings),
+        standalone=True,
+        clusterwide=settings.all_namespaces,
+        namespaces=list(settings.namespaces),
+        liveness_endpoint=settings.liveness,
+    )
+    return 0

@@ -1,0 +1,485 @@
+"""The operator's handlers: what happens when a BatchedModel, a child or a pod changes.
+
+`Handlers` holds the logic and talks to the API server only through a `ClusterAPI` (the
+real one is `kube.Cluster`) and an event poster, so its decisions are testable without a
+cluster. `build_registry` wires it into kopf:
+
+- BatchedModel create/update/resume: server-side apply every child, delete stale ones,
+  write status. kopf retries a failed reconcile with backoff.
+- Deployment/Service/PDB/PodMonitor events (label `batchop.io/batchedmodel`): restore a
+  child that was edited or deleted; Deployment changes also refresh status.
+- Pod events (same label): refresh status (readiness, Pending for lack of GPUs, crashes).
+- Deletion: nothing. Children carry a controller owner reference, so the garbage collector
+  removes them. With no deletion handler and no kopf timer or daemon, kopf adds no
+  finalizer, so deleting a BatchedModel never waits for the operator to be running.
+
+Deployments, pods and BatchedModels are kept in kopf indexes (in memory, fed by the watch
+streams), so refreshing status costs no GETs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from batchop.api.constants import GROUP as API_GROUP
+from batchop.api.constants import LABEL_MODEL, PLURAL, VERSION
+from batchop.controller.reconcile import (
+    child_action,
+    child_key,
+    controller_of,
+    describe,
+    desired_children,
+    model_of,
+    stale_children,
+)
+from batchop.controller.settings import Settings
+from batchop.controller.status import OWNED_CONDITIONS, compute_status, status_differs
+
+log = logging.getLogger("batchop.controller")
+
+Poster = Callable[[Mapping[str, Any], str, str, str], None]  # (bm, type, reason, message)
+Lookup = Callable[[str, str], tuple[Mapping[str, Any] | None, list[Mapping[str, Any]]]]
+ModelKey = tuple[str, str]
+
+STATUS_ATTEMPTS = 4
+
+
+class ClusterAPI(Protocol):
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None: ...
+
+    def list_children(self, namespace: str, bm_name: str) -> list[dict[str, Any]]: ...
+
+    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any]: ...
+
+
+class SpecRefused(Exception):
+    """The BatchedModel's spec breaks a rule (the CRD should have refused it): no retry."""
+
+
+def _key(bm: Mapping[str, Any]) -> ModelKey:
+    return str(bm["metadata"]["namespace"]), str(bm["metadata"]["name"])
+
+
+def slim_model(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the handlers need of a BatchedModel (kept in memory for every one)."""
+    meta = body.get("metadata") or {}
+    keep = (
+        "name",
+        "namespace",
+        "uid",
+        "generation",
+        "resourceVersion",
+        "labels",
+        "deletionTimestamp",
+    )
+    return {
+        "apiVersion": body.get("apiVersion", f"{API_GROUP}/{VERSION}"),
+        "kind": body.get("kind", "BatchedModel"),
+        "metadata": {k: meta[k] for k in keep if meta.get(k) is not None},
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
+
+
+def slim_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    return {
+        "metadata": {
+            k: meta.get(k) for k in ("name", "namespace", "generation", "ownerReferences")
+        },
+        "spec": {
+            "replicas": (body.get("spec") or {}).get("replicas"),
+            "selector": (body.get("spec") or {}).get("selector"),
+        },
+        "status": dict(body.get("status") or {}),
+    }
+
+
+def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    return {
+        "metadata": {k: meta.get(k) for k in ("name", "namespace", "deletionTimestamp")},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": [
+                {"name": c.get("name"), "resources": c.get("resources") or {}}
+                for c in spec.get("containers") or []
+            ],
+        },
+        "status": {
+            k: (body.get("status") or {}).get(k)
+            for k in ("phase", "conditions", "containerStatuses", "initContainerStatuses", "podIP")
+        },
+    }
+
+
+class Handlers:
+    """The operator's reactions, independent of kopf and of the transport."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        cluster: ClusterAPI,
+        post: Poster,
+        lookup: Lookup,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.settings = settings
+        self.cluster = cluster
+        self.post = post
+        self.lookup = lookup
+        self.clock = clock
+        self._locks: dict[ModelKey, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._unserved: set[tuple[ModelKey, str]] = set()
+        self._apply_errors: dict[ModelKey, str] = {}
+
+    # --- BatchedModel ------------------------------------------------------------------------
+
+    def reconcile(self, bm: Mapping[str, Any]) -> list[str]:
+        """Apply every desired child, delete stale ones, refresh status. Returns what it did.
+
+        Raises SpecRefused for a spec that breaks a rule, kube.APIError for a failed call
+        (after recording it in the Degraded condition).
+        """
+        from batchop.api.errors import SpecError
+        from batchop.controller.kube import APIError, NotServed
+
+        key = _key(bm)
+        try:
+            desired = desired_children(bm, self.settings)
+        except SpecError as exc:
+            message = f"invalid spec: {exc}"
+            self._fail(bm, "InvalidSpec", message)
+            raise SpecRefused(message) from None
+        done: list[str] = []
+        try:
+            for child in desired:
+                try:
+                    self.cluster.apply(child)
+                    done.append(f"applied {describe(child_key(child))}")
+                    self._unserved.discard((key, child["kind"]))
+                except NotServed as exc:
+                    self._skip_unserved(bm, child, str(exc))
+            live = self.cluster.list_children(*key)
+            for api_version, kind, name in stale_children(live, desired, bm["metadata"]["uid"]):
+                self.cluster.delete(api_version, kind, key[0], name)
+                done.append(f"deleted {kind} {name}")
+                self.post(bm, "Normal", "Deleted", f"deleted {kind} {name}: no longer needed")
+        except APIError as exc:
+            self._fail(bm, "ApplyFailed", f"reconcile failed: {exc}")
+            raise
+        self._apply_errors.pop(key, None)
+        self.refresh_status(bm)
+        return done
+
+    def _skip_unserved(self, bm: Mapping[str, Any], child: Mapping[str, Any], why: str) -> None:
+        """A kind the cluster lacks (PodMonitor without prometheus-operator): warn once, go on."""
+        marker = (_key(bm), str(child["kind"]))
+        if marker in self._unserved:
+            return
+        self._unserved.add(marker)
+        message = (
+            f"skipped {describe(child_key(child))}: {why}; install its CRD or run with "
+            "--no-pod-monitor"
+        )
+        log.warning(message, extra={"namespace": marker[0][0], "batchedmodel": marker[0][1]})
+        self.post(bm, "Warning", f"{child['kind']}Skipped", message)
+
+    def _fail(self, bm: Mapping[str, Any], reason: str, message: str) -> None:
+        self._apply_errors[_key(bm)] = message
+        self.post(bm, "Warning", reason, message)
+        try:
+            self.refresh_status(bm)
+        except Exception as exc:  # the original failure matters more than this one
+            log.warning("could not record %s in status: %s", reason, exc)
+
+    def forget(self, bm: Mapping[str, Any]) -> None:
+        """Drop per-model memory when a BatchedModel is gone."""
+        key = _key(bm)
+        self._apply_errors.pop(key, None)
+        self._unserved = {m for m in self._unserved if m[0] != key}
+        with self._locks_guard:
+            self._locks.pop(key, None)
+
+    # --- children ----------------------------------------------------------------------------
+
+    def child_event(
+        self, event_type: str | None, child: Mapping[str, Any], bm: Mapping[str, Any] | None
+    ) -> str:
+        """Restore a drifted or deleted child. Returns the action taken ("none" mostly)."""
+        if bm is None or bm["metadata"].get("deletionTimestamp"):
+            return "none"  # the owner is gone or going: the garbage collector finishes
+        owner = controller_of(child)
+        if owner is not None and owner[2] != bm["metadata"].get("uid"):
+            return "none"  # a leftover of an earlier BatchedModel of the same name
+        try:
+            desired = {child_key(c): c for c in desired_children(bm, self.settings)}
+        except Exception:  # a bad spec is reported by reconcile; nothing to restore from
+            return "none"
+        action = child_action(event_type, child, desired, str(bm["metadata"].get("uid")))
+        key = child_key(child)
+        if action == "apply":
+            from batchop.controller.kube import NotServed
+
+            try:
+                self.cluster.apply(desired[key])
+            except NotServed:
+                return "none"
+            what = "deleted" if event_type == "DELETED" else "changed"
+            self.post(
+                bm, "Normal", "DriftRestored", f"{describe(key)} was {what}; applied it again"
+            )
+        elif action == "delete":
+            self.cluster.delete(key[0], key[1], _key(bm)[0], key[2])
+            self.post(bm, "Normal", "Deleted", f"deleted {describe(key)}: no longer needed")
+        return action
+
+    # --- status ------------------------------------------------------------------------------
+
+    def _lock(self, key: ModelKey) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def refresh_status(self, bm: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Write the operator's status fields if they changed. Returns the patch written.
+
+        Serialised per BatchedModel; a conflict (someone wrote the object since `bm` was
+        read) re-reads it and recomputes, so conditions owned by the tuner are never lost.
+        """
+        from batchop.controller.kube import APIError
+
+        key = _key(bm)
+        with self._lock(key):
+            current: Mapping[str, Any] | None = bm
+            for _attempt in range(STATUS_ATTEMPTS):
+                if current is None or current["metadata"].get("deletionTimestamp"):
+                    return None
+                deployment, pods = self.lookup(*key)
+                status = compute_status(
+                    current,
+                    self._selector(current, deployment),
+                    deployment,
+                    pods,
+                    self.clock(),
+                    self._apply_errors.get(key),
+                )
+                old = current.get("status") or {}
+                if not status_differs(old, status):
+                    return None
+                try:
+                    self.cluster.patch_status(
+                        key[0], key[1], status, current["metadata"].get("resourceVersion")
+                    )
+                except APIError as exc:
+                    if exc.status != 409:
+                        raise
+                    current = self.cluster.get_model(*key)
+                    continue
+                self._announce(current, old, status)
+                return status
+            raise APIError(409, f"status of {key[0]}/{key[1]} kept changing; will retry")
+
+    def _selector(
+        self, bm: Mapping[str, Any], deployment: Mapping[str, Any] | None
+    ) -> Mapping[str, str]:
+        labels = ((deployment or {}).get("spec") or {}).get("selector") or {}
+        if labels.get("matchLabels"):
+            return dict(labels["matchLabels"])
+        try:
+            from batchop.api.models import parse_batched_model
+            from batchop.controller.reconcile import _manifest
+            from batchop.render import selector_labels
+
+            return dict(selector_labels(parse_batched_model(_manifest(bm))))
+        except Exception:
+            return {LABEL_MODEL: _key(bm)[1]}
+
+    def _announce(
+        self, bm: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]
+    ) -> None:
+        """An Event for each owned condition that flipped, so `kubectl describe` tells the story."""
+        before = {c.get("type"): c.get("status") for c in old.get("conditions") or []}
+        for cond in new.get("conditions") or []:
+            ctype = cond["type"]
+            if ctype not in OWNED_CONDITIONS or before.get(ctype) == cond["status"]:
+                continue
+            bad = (ctype == "Ready" and cond["status"] == "False") or (
+                ctype in ("Degraded", "CapacityLimited") and cond["status"] == "True"
+            )
+            if ctype == "Progressing" or (not bad and ctype != "Ready" and ctype not in before):
+                continue  # routine: a rollout starting, or a first "all fine"
+            self.post(
+                bm,
+                "Warning" if bad else "Normal",
+                cond["reason"],
+                f"{ctype}={cond['status']}: {cond['message']}",
+            )
+
+
+# --- kopf wiring ---------------------------------------------------------------------------------
+
+CHILD_WATCHES = (
+    ("apps", "v1", "deployments"),
+    ("", "v1", "services"),
+    ("policy", "v1", "poddisruptionbudgets"),
+    ("monitoring.coreos.com", "v1", "podmonitors"),
+)
+
+
+def _first(index: Any, key: Any) -> Any:
+    try:
+        store = index[key]
+    except KeyError:
+        return None
+    return next(iter(store), None)
+
+
+def _all(index: Any, key: Any) -> list[Any]:
+    try:
+        return list(index[key])
+    except KeyError:
+        return []
+
+
+def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
+    """A kopf registry with every handler, bound to these settings and this cluster."""
+    import kopf
+
+    registry = kopf.SmartOperatorRegistry()
+    present = {LABEL_MODEL: kopf.PRESENT}
+    indexes: dict[str, Any] = {}
+
+    def post(bm: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        try:
+            kopf.event(dict(bm), type=type_, reason=reason, message=message[:1024])
+        except LookupError:  # outside kopf's context (no poster): log only
+            log.info("%s %s: %s", type_, reason, message)
+
+    def lookup(namespace: str, name: str) -> tuple[Any, list[Any]]:
+        deployments, pods = indexes.get("deployments"), indexes.get("pods")
+        deployment = _first(deployments, (namespace, name)) if deployments is not None else None
+        return deployment, (_all(pods, (namespace, name)) if pods is not None else [])
+
+    logic = Handlers(settings, cluster, post, lookup)
+
+    @kopf.index(API_GROUP, VERSION, PLURAL, registry=registry)
+    def batchedmodels(body: Any, namespace: str, name: str, **_: Any) -> Any:
+        return {(namespace, name): slim_model(body)}
+
+    @kopf.index("apps", "v1", "deployments", labels=present, registry=registry)
+    def deployments(body: Any, **_: Any) -> Any:
+        owner = controller_of(body)
+        return {owner[:2]: slim_deployment(body)} if owner else None
+
+    @kopf.index("", "v1", "pods", labels=present, registry=registry)
+    def pods(body: Any, **_: Any) -> Any:
+        found = model_of(body)
+        return {found: slim_pod(body)} if found else None
+
+    def remember(**kwargs: Any) -> None:
+        indexes["deployments"] = kwargs["deployments"]
+        indexes["pods"] = kwargs["pods"]
+
+    @kopf.on.create(API_GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
+    @kopf.on.update(API_GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
+    @kopf.on.resume(API_GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
+    def reconcile(body: Any, reason: str, **kwargs: Any) -> dict[str, Any]:
+        from batchop.controller.kube import APIError
+
+        remember(**kwargs)
+        bm = slim_model(body)
+        try:
+            done = logic.reconcile(bm)
+        except SpecRefused as exc:
+            raise kopf.PermanentError(str(exc)) from None
+        except APIError as exc:
+            _record_error(bm, "apply")
+            if exc.retryable:
+                raise kopf.TemporaryError(str(exc), delay=5) from None
+            raise kopf.TemporaryError(str(exc), delay=30) from None
+        if reason != "resume":
+            post(bm, "Normal", "Reconciled", "; ".join(done) or "nothing to do")
+        return {"children": len(done)}
+
+    @kopf.on.event(API_GROUP, VERSION, PLURAL, registry=registry)
+    def model_gone(type: str, body: Any, **_: Any) -> None:  # noqa: A002 - kopf's kwarg name
+        if type == "DELETED":
+            logic.forget(slim_model(body))
+            _forget_metrics(slim_model(body))
+
+    def on_child(type: str, body: Any, **kwargs: Any) -> None:  # noqa: A002
+        from batchop.controller.kube import APIError
+
+        remember(**kwargs)
+        owner = controller_of(body) or model_of(body)
+        if owner is None:
+            return
+        bm = _first(kwargs["batchedmodels"], owner[:2])
+        try:
+            logic.child_event(type, dict(body), bm)
+            if bm is not None and body.get("kind") == "Deployment":
+                logic.refresh_status(bm)
+        except APIError as exc:
+            _record_error(bm or {}, "child")
+            log.warning(
+                "handling %s %s failed: %s", body.get("kind"), body["metadata"]["name"], exc
+            )
+
+    for group, version, plural in CHILD_WATCHES:
+        kopf.on.event(group, version, plural, labels=present, registry=registry, id=f"{plural}")(
+            on_child
+        )
+
+    @kopf.on.event("", "v1", "pods", labels=present, registry=registry)
+    def on_pod(body: Any, **kwargs: Any) -> None:
+        from batchop.controller.kube import APIError
+
+        remember(**kwargs)
+        found = model_of(body)
+        bm = _first(kwargs["batchedmodels"], found) if found else None
+        if bm is None:
+            return
+        try:
+            logic.refresh_status(bm)
+        except APIError as exc:
+            _record_error(bm, "status")
+            log.warning("status of %s/%s not written: %s", found[0], found[1], exc)
+
+    return registry
+
+
+def _record_error(bm: Mapping[str, Any], stage: str) -> None:
+    meta = bm.get("metadata") or {}
+    try:
+        from batchop.metrics import record_reconcile_error
+    except ImportError:
+        return
+    record_reconcile_error(str(meta.get("namespace", "")), str(meta.get("name", "")), stage)
+
+
+def _forget_metrics(bm: Mapping[str, Any]) -> None:
+    try:
+        from batchop.metrics import forget
+    except ImportError:
+        return
+    forget(str(bm["metadata"].get("namespace", "")), str(bm["metadata"].get("name", "")))
+
+
+def models_in(index: Any) -> Iterable[Mapping[str, Any]]:
+    """Every BatchedModel in the kopf index (for operator-wide loops such as tuning)."""
+    for key in list(index):
+        found = _first(index, key)
+        if found is not None:
+            yield found

@@ -1,0 +1,184 @@
+"""The operator's few calls to the API server, through the official client.
+
+Children are written with server-side apply (field manager `batchop`, force): the API
+server merges, batchop owns exactly the fields it sets, and re-applying an unchanged object
+writes nothing. Status is a JSON merge patch of the status subresource carrying the
+resourceVersion it was computed from, so a concurrent writer causes a conflict (and a
+recompute) instead of a lost update.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from batchop.api.constants import API_VERSION, LABEL_MODEL, MANAGER, PLURAL
+from batchop.controller.reconcile import CHILD_RESOURCES, resource_path
+
+
+class NotServed(Exception):
+    """The API server does not serve this kind (e.g. the PodMonitor CRD is not installed)."""
+
+
+class APIError(Exception):
+    """An API call failed; `status` is the HTTP code (0: no answer), `message` the server's."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in (0, 409, 429) or self.status >= 500
+
+
+def make_api_client(kubeconfig: str | None) -> Any:
+    """A client for the cluster: in-cluster service account, else the kubeconfig."""
+    import kubernetes
+
+    config = kubernetes.client.Configuration()
+    if kubeconfig:
+        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=config)
+    else:
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=config)
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(client_configuration=config)
+    return kubernetes.client.ApiClient(config)
+
+
+def _error(exc: Exception) -> APIError:
+    status = int(getattr(exc, "status", 0) or 0)
+    body = getattr(exc, "body", None)
+    message = str(exc)
+    if body:
+        try:
+            message = json.loads(body).get("message") or message
+        except (ValueError, AttributeError):
+            message = body.decode() if isinstance(body, bytes) else str(body)
+    return APIError(status, message)
+
+
+class Cluster:
+    """The API calls the handlers make; one instance shared by all handler threads."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api = api_client
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+            )
+        except ApiException as exc:
+            raise _error(exc) from None
+        except OSError as exc:  # connection refused/reset: the API server is away
+            raise APIError(0, f"no answer from the API server: {exc}") from None
+        data = response.data if hasattr(response, "data") else response
+        return json.loads(data) if data else {}
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply one child; returns the live object."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        try:
+            return self._call(
+                "PATCH",
+                path,
+                query=[("fieldManager", MANAGER), ("force", "true")],
+                body=dict(obj),
+                content_type="application/apply-patch+yaml",
+            )
+        except APIError as exc:
+            if exc.status == 404 and obj["apiVersion"] not in ("v1", "apps/v1", "policy/v1"):
+                raise NotServed(f"{obj['kind']} ({obj['apiVersion']}) is not served") from None
+            raise
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """Delete one child; gone already is fine."""
+        try:
+            self._call(
+                "DELETE",
+                resource_path(api_version, kind, namespace, name),
+                body={"propagationPolicy": "Background"},
+            )
+        except APIError as exc:
+            if exc.status != 404:
+                raise
+
+    def list_children(self, namespace: str, bm_name: str) -> list[dict[str, Any]]:
+        """Every object of a managed kind labelled with this BatchedModel's name."""
+        found: list[dict[str, Any]] = []
+        for (api_version, kind), _plural in CHILD_RESOURCES.items():
+            try:
+                listing = self._call(
+                    "GET",
+                    resource_path(api_version, kind, namespace),
+                    query=[("labelSelector", f"{LABEL_MODEL}={bm_name}")],
+                )
+            except APIError as exc:
+                if exc.status == 404:  # kind not served here (no PodMonitor CRD)
+                    continue
+                raise
+            for item in listing.get("items", []):
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind)
+                found.append(item)
+        return found
+
+    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
+        except APIError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", resource_path("apps/v1", "Deployment", namespace, name))
+        except APIError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_pods(self, namespace: str, bm_name: str) -> list[dict[str, Any]]:
+        listing = self._call(
+            "GET",
+            f"/api/v1/namespaces/{namespace}/pods",
+            query=[("labelSelector", f"{LABEL_MODEL}={bm_name}")],
+        )
+        return list(listing.get("items", []))
+
+    def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        """Merge-patch the status subresource; 409 when the object moved on since."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return self._call(
+            "PATCH",
+            f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status",
+            body=body,
+            content_type="application/merge-patch+json",
+        )

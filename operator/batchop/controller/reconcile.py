@@ -1,0 +1,198 @@
+"""What a BatchedModel's children should be, and what to do about the ones that exist. Pure.
+
+The renderers say what objects a spec makes; this module makes them the BatchedModel's
+children (a controller owner reference, so the garbage collector deletes them with it and
+`kubectl` shows who made them), decides which live children are stale (a PDB after scaling
+to one replica, a PodMonitor after it was turned off) and whether a live child has drifted
+from what was applied (edited by hand) and so must be applied again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from batchop.api.constants import API_VERSION, GROUP, KIND, LABEL_MODEL
+
+# The kinds of child batchop manages: (apiVersion, kind) -> plural resource name.
+CHILD_RESOURCES: dict[tuple[str, str], str] = {
+    ("apps/v1", "Deployment"): "deployments",
+    ("v1", "Service"): "services",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitors",
+}
+
+ChildKey = tuple[str, str, str]  # (apiVersion, kind, name); the namespace is the BM's
+
+
+def child_key(obj: Mapping[str, Any]) -> ChildKey:
+    return (str(obj["apiVersion"]), str(obj["kind"]), str(obj["metadata"]["name"]))
+
+
+def describe(key: ChildKey) -> str:
+    return f"{key[1]} {key[2]}"
+
+
+def resource_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """The REST path of a child (or of its collection when `name` is None)."""
+    try:
+        plural = CHILD_RESOURCES[(api_version, kind)]
+    except KeyError:
+        raise ValueError(f"batchop does not manage {kind} ({api_version})") from None
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{namespace}/{plural}"
+    return f"{path}/{name}" if name else path
+
+
+def owner_reference(bm: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller owner reference pointing at a BatchedModel.
+
+    `blockOwnerDeletion` makes a foreground deletion of the BatchedModel wait for its
+    children; `controller` marks batchop as the one controller of the child.
+    """
+    meta = bm["metadata"]
+    if not meta.get("uid"):
+        raise ValueError(f"BatchedModel {meta.get('name')!r} has no metadata.uid (not stored yet)")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def owned(obj: Mapping[str, Any], bm: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `obj` in the BatchedModel's namespace, with its owner reference."""
+    out = dict(obj)
+    meta = dict(out.get("metadata") or {})
+    meta["namespace"] = bm["metadata"]["namespace"]
+    ref = owner_reference(bm)
+    others = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != ref["uid"]]
+    meta["ownerReferences"] = [*others, ref]
+    out["metadata"] = meta
+    return out
+
+
+def controller_of(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(namespace, name, uid) of the BatchedModel that controls `obj`, or None."""
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        group = str(ref.get("apiVersion", "")).split("/")[0]
+        if ref.get("controller") and ref.get("kind") == KIND and group == GROUP:
+            return str(meta.get("namespace", "")), str(ref.get("name")), str(ref.get("uid"))
+    return None
+
+
+def model_of(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, BatchedModel name) named by the object's label, or None (e.g. for pods)."""
+    meta = obj.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(LABEL_MODEL)
+    return (str(meta.get("namespace", "")), str(name)) if name else None
+
+
+def desired_children(bm: Mapping[str, Any], settings: Any) -> list[dict[str, Any]]:
+    """The children the BatchedModel should have, each with its owner reference.
+
+    Raises batchop.api.SpecError for a spec the API server should have refused.
+    """
+    from batchop.api.models import parse_batched_model
+    from batchop.render import render_children
+
+    model = parse_batched_model(_manifest(bm))
+    children = render_children(model, render_options(settings))
+    return [owned(child, bm) for child in children]
+
+
+def render_options(settings: Any) -> Any:
+    """The renderer options the operator's settings imply."""
+    from batchop.render import RenderOptions
+
+    image = getattr(settings, "default_image", None)
+    pod_monitor = bool(getattr(settings, "pod_monitor", True))
+    if image:
+        return RenderOptions(default_image=image, pod_monitor=pod_monitor)
+    return RenderOptions(pod_monitor=pod_monitor)
+
+
+def _manifest(bm: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a stored BatchedModel the API models read (no managedFields, no status)."""
+    meta = bm.get("metadata") or {}
+    keep = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "annotations")
+    return {
+        "apiVersion": bm.get("apiVersion", API_VERSION),
+        "kind": bm.get("kind", KIND),
+        "metadata": {k: meta[k] for k in keep if meta.get(k) is not None},
+        "spec": dict(bm.get("spec") or {}),
+    }
+
+
+def stale_children(
+    live: Iterable[Mapping[str, Any]], desired: Iterable[Mapping[str, Any]], bm_uid: str
+) -> list[ChildKey]:
+    """Live children this BatchedModel controls that are no longer desired: to delete.
+
+    Objects that merely carry the label but are controlled by something else (or nothing)
+    are never touched.
+    """
+    want = {child_key(d) for d in desired}
+    out = []
+    for obj in live:
+        owner = controller_of(obj)
+        if owner is not None and owner[2] == bm_uid and child_key(obj) not in want:
+            out.append(child_key(obj))
+    return sorted(out)
+
+
+def _same_scalar(want: Any, have: Any) -> bool:
+    if want == have:
+        return True
+    # Quantities and int-or-string fields come back as strings ("1" for 1); booleans don't.
+    if isinstance(want, bool) or isinstance(have, bool):
+        return False
+    return str(want) == str(have)
+
+
+def drifted(desired: Any, live: Any) -> bool:
+    """Whether `live` lost anything `desired` sets: True means apply again.
+
+    Every field in `desired` must be present in `live` with the same value; fields the API
+    server or other controllers added are ignored. Lists must keep their length (a removed
+    container or port is drift). A false positive costs one no-op apply, never a loop: a
+    server-side apply that changes nothing does not write, so raises no watch event.
+    """
+    if isinstance(desired, Mapping):
+        if not isinstance(live, Mapping):
+            return True
+        return any(k not in live or drifted(v, live[k]) for k, v in desired.items())
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(live) != len(desired):
+            return True
+        return any(drifted(d, h) for d, h in zip(desired, live, strict=True))
+    return not _same_scalar(desired, live)
+
+
+def child_action(
+    event_type: str | None,
+    live: Mapping[str, Any],
+    desired: Mapping[ChildKey, Mapping[str, Any]],
+    bm_uid: str,
+) -> str:
+    """What a watch event on a child calls for: "apply", "delete" or "none".
+
+    - deleted (or being deleted) and still desired: apply it again;
+    - edited so that it lost what batchop applied: apply again;
+    - controlled by this BatchedModel but no longer desired: delete;
+    - anything else (status updates, objects of another owner): nothing.
+    """
+    key = child_key(live)
+    owner = controller_of(live)
+    ours = owner is None or owner[2] == bm_uid
+    want = desired.get(key)
+    gone = event_type == "DELETED" or bool((live.get("metadata") or {}).get("deletionTimestamp"))
+    if want is None:
+        return "delete" if owner is not None and owner[2] == bm_uid and not gone else "none"
+    if gone:
+        return "apply" if ours else "none"
+    return "apply" if ours and drifted(want, live) else "none"

@@ -1,0 +1,223 @@
+"""The operator's settings, from command-line flags and environment variables.
+
+A flag wins over its environment variable, which wins over the default. The same process
+runs in a cluster (configured by the Helm chart through environment variables) and on a
+laptop (flags), so every setting has both. A bad value stops the operator at start with a
+message naming the flag or variable and the rule it broke, rather than failing later in a
+handler where the cause is hard to see.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
+DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
+# The same port as batchop.metrics.DEFAULT_PORT (the chart scrapes it there).
+DEFAULT_METRICS_ADDRESS = ("0.0.0.0", 8000)
+LOG_FORMATS = ("json", "full", "plain")
+
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_DISABLED = {"", "off", "none", "false", "0"}
+
+
+class SettingsError(ValueError):
+    """A flag or environment variable has a value the operator cannot run with."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one setting comes from: its flag (argparse dest and spelling) and its variable."""
+
+    dest: str
+    flag: str
+    env: str
+
+
+SOURCES: dict[str, Source] = {
+    s.dest: s
+    for s in (
+        Source("namespaces", "--namespace", "BATCHOP_NAMESPACE"),
+        Source("all_namespaces", "--all-namespaces", "BATCHOP_ALL_NAMESPACES"),
+        Source("kubeconfig", "--kubeconfig", "KUBECONFIG"),
+        Source("default_image", "--default-image", "BATCHOP_DEFAULT_IMAGE"),
+        Source("prometheus_url", "--prometheus-url", "BATCHOP_PROMETHEUS_URL"),
+        Source("pod_monitor", "--pod-monitor", "BATCHOP_POD_MONITOR"),
+        Source("liveness", "--liveness", "BATCHOP_LIVENESS"),
+        Source("metrics_address", "--metrics-address", "BATCHOP_METRICS_ADDRESS"),
+        Source("log_format", "--log-format", "BATCHOP_LOG_FORMAT"),
+        Source("workers", "--workers", "BATCHOP_WORKERS"),
+        Source("verbose", "--verbose", "BATCHOP_VERBOSE"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything `batchop run` needs to know, validated."""
+
+    namespaces: tuple[str, ...] = ()  # empty with all_namespaces: watch every namespace
+    all_namespaces: bool = True
+    kubeconfig: str | None = None  # None: in-cluster service account, else ~/.kube/config
+    default_image: str | None = None  # None: the API's default Triton image
+    prometheus_url: str = DEFAULT_PROMETHEUS_URL
+    pod_monitor: bool = True
+    liveness: str | None = DEFAULT_LIVENESS  # None: no liveness endpoint
+    metrics_address: tuple[str, int] | None = DEFAULT_METRICS_ADDRESS  # None: no /metrics
+    log_format: str = "json"
+    workers: int = 8
+    verbose: bool = False
+
+
+def _where(dest: str, from_flag: bool) -> str:
+    src = SOURCES[dest]
+    return f"flag {src.flag}" if from_flag else f"environment variable {src.env}"
+
+
+def _pick(dest: str, flags: Mapping[str, Any], env: Mapping[str, str]) -> tuple[Any, bool] | None:
+    """The raw value of one setting and whether it came from a flag; None when unset."""
+    value = flags.get(dest)
+    if value is not None:
+        return value, True
+    var = SOURCES[dest].env
+    if var in env:
+        return env[var], False
+    return None
+
+
+def _bool(raw: Any, where: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SettingsError(f"{where}={raw!r}: must be a boolean (true/false, 1/0, yes/no, on/off)")
+
+
+def _namespace(name: str, where: str) -> str:
+    if not _NAMESPACE.match(name):
+        raise SettingsError(
+            f"{where}: namespace {name!r} is not a valid name (lower-case letters, digits and "
+            "'-', starting and ending with a letter or digit, at most 63 characters)"
+        )
+    return name
+
+
+def _http_url(raw: str, where: str, *, need_path: bool = False) -> str:
+    url = raw.strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SettingsError(f"{where}={raw!r}: must be an http:// or https:// URL with a host")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError as exc:
+        raise SettingsError(f"{where}={raw!r}: bad port ({exc})") from None
+    if need_path and parts.path in ("", "/"):
+        raise SettingsError(f"{where}={raw!r}: must include the probe path, e.g. /healthz")
+    return url
+
+
+def _address(raw: str, where: str) -> tuple[str, int]:
+    host, sep, port = raw.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(
+            f"{where}={raw!r}: must be HOST:PORT (or :PORT) with a port in 0..65535, or 'off'"
+        )
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _image(raw: str, where: str) -> str:
+    image = raw.strip()
+    if not image or any(c.isspace() for c in image):
+        raise SettingsError(f"{where}={raw!r}: must be a container image reference without spaces")
+    return image
+
+
+def parse_settings(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from parsed flags (argparse dests, None when not given) and the environment."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+
+    ns = _pick("namespaces", flags, env)
+    namespaces: tuple[str, ...] = ()
+    if ns is not None:
+        raw, from_flag = ns
+        items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+        where = _where("namespaces", from_flag)
+        namespaces = tuple(dict.fromkeys(_namespace(n.strip(), where) for n in items if n.strip()))
+    every = _pick("all_namespaces", flags, env)
+    all_ns = _bool(every[0], _where("all_namespaces", every[1])) if every else False
+    if all_ns and namespaces:
+        raise SettingsError(
+            "--all-namespaces (BATCHOP_ALL_NAMESPACES) and --namespace (BATCHOP_NAMESPACE) "
+            "exclude each other: give one"
+        )
+    values["namespaces"] = namespaces
+    values["all_namespaces"] = not namespaces
+
+    got = _pick("kubeconfig", flags, env)
+    if got is not None and str(got[0]).strip():
+        path = os.path.expanduser(str(got[0]).strip())
+        if got[1] and not os.path.isfile(path):
+            raise SettingsError(f"{_where('kubeconfig', True)}={got[0]!r}: no such file")
+        values["kubeconfig"] = path
+
+    got = _pick("default_image", flags, env)
+    if got is not None:
+        values["default_image"] = _image(str(got[0]), _where("default_image", got[1]))
+
+    got = _pick("prometheus_url", flags, env)
+    if got is not None:
+        values["prometheus_url"] = _http_url(str(got[0]), _where("prometheus_url", got[1]))
+
+    got = _pick("pod_monitor", flags, env)
+    if got is not None:
+        values["pod_monitor"] = _bool(got[0], _where("pod_monitor", got[1]))
+
+    got = _pick("liveness", flags, env)
+    if got is not None:
+        raw = str(got[0]).strip()
+        where = _where("liveness", got[1])
+        values["liveness"] = (
+            None if raw.lower() in _DISABLED else _http_url(raw, where, need_path=True)
+        )
+
+    got = _pick("metrics_address", flags, env)
+    if got is not None:
+        raw = str(got[0]).strip()
+        where = _where("metrics_address", got[1])
+        values["metrics_address"] = None if raw.lower() in _DISABLED else _address(raw, where)
+
+    got = _pick("log_format", flags, env)
+    if got is not None:
+        fmt = str(got[0]).strip().lower()
+        if fmt not in LOG_FORMATS:
+            where = _where("log_format", got[1])
+            raise SettingsError(f"{where}={got[0]!r}: must be one of {', '.join(LOG_FORMATS)}")
+        values["log_format"] = fmt
+
+    got = _pick("workers", flags, env)
+    if got is not None:
+        where = _where("workers", got[1])
+        try:
+            workers = int(str(got[0]).strip())
+        except ValueError:
+            raise SettingsError(f"{where}={got[0]!r}: must be a whole number") from None
+        if not 1 <= workers <= 256:
+            raise SettingsError(f"{where}={got[0]!r}: must be between 1 and 256")
+        values["workers"] = workers
+
+    got = _pick("verbose", flags, env)
+    if got is not None:
+        values["verbose"] = _bool(got[0], _where("verbose", got[1]))
+
+    return Settings(**values)
