@@ -39,3 +39,37 @@ def test_static_targets_only_without_kubeconfig() -> None:
     (job,) = config["scrape_configs"]
     assert "kubernetes_sd_configs" not in job
     assert job["static_configs"] == [{"targets": ["127.0.0.1:8002"], "labels": {"namespace": "n"}}]
+
+
+def test_file_sd_targets_carry_kubernetes_sd_meta_labels() -> None:
+    from batchop.local.prometheus import pod_targets
+
+    pod = {
+        "metadata": {"namespace": "ns", "name": "p", "uid": "u", "labels": {POD_LABEL: "bm"}},
+        "spec": {"nodeName": "n", "containers": [
+            {"name": "tritonserver", "ports": [{"name": "http", "containerPort": 8000},
+                                               {"name": "metrics", "containerPort": 8002}]},
+            {"name": "sidecar"},
+        ]},
+        "status": {"podIP": "127.10.1.2", "phase": "Running",
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    groups = pod_targets(pod)
+    assert [g["targets"] for g in groups] == [["127.10.1.2:8000"], ["127.10.1.2:8002"],
+                                              ["127.10.1.2"]]
+    metrics = groups[1]["labels"]
+    meta = "__meta_kubernetes_pod_label_" + POD_LABEL.replace(".", "_").replace("/", "_")
+    assert metrics[meta] == "bm"
+    assert metrics["__meta_kubernetes_pod_container_port_name"] == "metrics"
+    assert metrics["__meta_kubernetes_pod_ready"] == "true"
+    assert "__meta_kubernetes_pod_container_port_number" not in groups[2]["labels"]
+    assert pod_targets({**pod, "status": {"phase": "Pending"}}) == []
+
+
+def test_file_sd_job_uses_the_same_relabeling(tmp_path: Path) -> None:
+    sd = tmp_path / "pods.json"
+    via_k8s = render_config(tmp_path / "kc")["scrape_configs"][0]
+    via_file = render_config(tmp_path / "kc", sd_file=sd)["scrape_configs"][0]
+    assert via_file["file_sd_configs"] == [{"files": [str(sd)], "refresh_interval": "5s"}]
+    assert "kubernetes_sd_configs" not in via_file
+    assert via_file["relabel_configs"] == via_k8s["relabel_configs"]

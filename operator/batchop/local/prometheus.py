@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -46,7 +47,9 @@ def _meta_label(label: str) -> str:
     return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in label)
 
 
-def _pods_job(kubeconfig: Path | str, interval: str, timeout: str, port: int) -> dict[str, Any]:
+def _pods_job(
+    kubeconfig: Path | str, interval: str, timeout: str, port: int, sd_file: Path | None
+) -> dict[str, Any]:
     bm_meta = _meta_label(POD_LABEL)
     address_labels = ["__meta_kubernetes_pod_ip", "__meta_kubernetes_pod_container_port_number"]
     port_labels = [
@@ -57,9 +60,13 @@ def _pods_job(kubeconfig: Path | str, interval: str, timeout: str, port: int) ->
         "job_name": JOB_NAME,
         "scrape_interval": interval,
         "scrape_timeout": timeout,
-        "kubernetes_sd_configs": [
-            {"role": "pod", "kubeconfig_file": str(Path(kubeconfig).resolve())}
-        ],
+        **(
+            {"kubernetes_sd_configs": [
+                {"role": "pod", "kubeconfig_file": str(Path(kubeconfig).resolve())}
+            ]}
+            if sd_file is None
+            else {"file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": interval}]}
+        ),
         "relabel_configs": [
             {"source_labels": [bm_meta], "regex": ".+", "action": "keep"},
             {"source_labels": ["__meta_kubernetes_pod_ip"], "regex": ".+", "action": "keep"},
@@ -86,6 +93,7 @@ def render_config(
     scrape_interval_s: float = 5.0,
     metrics_port: int = METRICS_PORT,
     static_targets: list[tuple[str, dict[str, str]]] | None = None,
+    sd_file: Path | None = None,
 ) -> dict[str, Any]:
     """The Prometheus config (as a dict) that scrapes every BatchedModel pod's Triton metrics.
 
@@ -93,13 +101,14 @@ def render_config(
     `metrics` or numbered `metrics_port`; a container that declares no port is scraped on
     `metrics_port`. Without a kubeconfig there is no pod discovery. `static_targets`
     ((host:port, labels) pairs) adds a job scraping fixed addresses, for tests that run Triton
-    without a cluster.
+    without a cluster. With `sd_file`, pods come from that file_sd file (written by
+    `FileDiscovery` with the same meta labels) instead of kubernetes_sd_configs.
     """
     interval = f"{scrape_interval_s:g}s"
     timeout = f"{max(1.0, scrape_interval_s * 0.8):g}s"
     jobs: list[dict[str, Any]] = []
     if kubeconfig is not None:
-        jobs.append(_pods_job(kubeconfig, interval, timeout, metrics_port))
+        jobs.append(_pods_job(kubeconfig, interval, timeout, metrics_port, sd_file))
     if static_targets:
         jobs.append(
             {
@@ -193,6 +202,114 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+# ------------------------------------------------------------------ file-based discovery
+
+
+def pod_targets(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """file_sd target groups for one pod, with the meta labels kubernetes_sd role=pod gives.
+
+    Pure. One target per declared container port (address podIP:port), one per container
+    without ports (address podIP); none for a pod without an IP.
+    """
+    meta, status, spec = pod.get("metadata", {}), pod.get("status", {}), pod.get("spec", {})
+    ip = status.get("podIP")
+    if not ip:
+        return []
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    common = {
+        "__meta_kubernetes_namespace": meta.get("namespace", ""),
+        "__meta_kubernetes_pod_name": meta.get("name", ""),
+        "__meta_kubernetes_pod_uid": meta.get("uid", ""),
+        "__meta_kubernetes_pod_ip": ip,
+        "__meta_kubernetes_pod_node_name": spec.get("nodeName", ""),
+        "__meta_kubernetes_pod_host_ip": status.get("hostIP", ""),
+        "__meta_kubernetes_pod_phase": status.get("phase", ""),
+        "__meta_kubernetes_pod_ready": "true" if ready else "false",
+    }
+    for key, value in (meta.get("labels") or {}).items():
+        common[_meta_label(key)] = value
+        common[_meta_label(key).replace("_label_", "_labelpresent_", 1)] = "true"
+    groups = []
+    for container in spec.get("containers") or []:
+        labels = dict(common, __meta_kubernetes_pod_container_name=container.get("name", ""))
+        ports = container.get("ports") or []
+        if not ports:
+            groups.append({"targets": [ip], "labels": labels})
+        for port in ports:
+            number = str(port.get("containerPort", ""))
+            groups.append({
+                "targets": [f"{ip}:{number}"],
+                "labels": dict(
+                    labels,
+                    __meta_kubernetes_pod_container_port_name=port.get("name", ""),
+                    __meta_kubernetes_pod_container_port_number=number,
+                    __meta_kubernetes_pod_container_port_protocol=port.get("protocol", "TCP"),
+                ),
+            })
+    return groups
+
+
+def supports_kubernetes_sd(binary: Path) -> bool:
+    """Whether this Prometheus build has kubernetes_sd_configs (Debian's strips it out)."""
+    promtool = binary.parent / "promtool"
+    if not promtool.is_file():
+        return True
+    with tempfile.TemporaryDirectory(prefix="batchop-promcheck-") as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+        config = Path(tmp) / "prometheus.yml"
+        config.write_text(yaml.safe_dump(render_config(kubeconfig)))
+        done = _run([str(promtool), "check", "config", str(config)], Path(tmp))
+    return done.returncode == 0
+
+
+class FileDiscovery:
+    """Writes the BatchedModel pods as a file_sd file, for Prometheus builds without k8s SD.
+
+    Watches pods through the API server (list + watch + resync) and rewrites the file
+    atomically on every change; Prometheus picks it up by inotify and `refresh_interval`.
+    """
+
+    def __init__(self, kubeconfig: Path, path: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.path = path
+        self._watch: Any = None
+        self._lock = threading.Lock()
+
+    def start(self) -> FileDiscovery:
+        from kubernetes import config as kconfig
+
+        from batchop.local.podwatch import PodWatch
+
+        self._write([])
+        api = kconfig.new_client_from_config(config_file=str(self.kubeconfig))
+        self._watch = PodWatch(api, POD_LABEL, self._changed, resync_s=30.0).start()
+        self._changed()
+        return self
+
+    def _changed(self) -> None:
+        if self._watch is None:
+            return
+        groups = [g for pod in self._watch.pods.values() for g in pod_targets(pod)]
+        self._write(groups)
+
+    def _write(self, groups: list[dict[str, Any]]) -> None:
+        import json
+
+        with self._lock:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(groups, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+
+    def stop(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
+
+
 # --------------------------------------------------------------------------- server
 
 
@@ -220,6 +337,8 @@ class PrometheusServer:
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="batchop-prometheus-"))
         self.process: subprocess.Popen[bytes] | None = None
+        self.discovery: FileDiscovery | None = None
+        self.discovery_mode = "none"
 
     @property
     def url(self) -> str:
@@ -233,11 +352,19 @@ class PrometheusServer:
         if self.kubeconfig is not None and not self.kubeconfig.is_file():
             raise PrometheusError(f"kubeconfig {self.kubeconfig} does not exist")
         binary = ensure_binary()
+        sd_file = None
+        if self.kubeconfig is not None:
+            self.discovery_mode = "kubernetes_sd"
+            if not supports_kubernetes_sd(binary):
+                self.discovery_mode = "file_sd"
+                sd_file = self.workdir / "pods.json"
+                self.discovery = FileDiscovery(self.kubeconfig, sd_file).start()
         config_path = self.workdir / "prometheus.yml"
         config = render_config(
             self.kubeconfig,
             scrape_interval_s=self.scrape_interval_s,
             static_targets=self.static_targets,
+            sd_file=sd_file,
         )
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         data = _ensure_dir(self.workdir / "data")
@@ -290,6 +417,9 @@ class PrometheusServer:
     def stop(self) -> None:
         proc, self.process = self.process, None
         stop_group(proc)
+        discovery, self.discovery = self.discovery, None
+        if discovery is not None:
+            discovery.stop()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -17,12 +17,13 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from batchop.api.constants import LABEL_MODEL, PROM_LABEL_MODEL
 from batchop.tuning.types import Observation
 
 # The pod label naming a pod's BatchedModel, and the Prometheus label it becomes. The local
 # stack's scrape config and the chart's PodMonitor both relabel the former into the latter.
-POD_LABEL = "batchop.io/batchedmodel"
-BM_LABEL = "batchedmodel"
+POD_LABEL = LABEL_MODEL
+BM_LABEL = PROM_LABEL_MODEL
 GROUP = f"namespace, {BM_LABEL}"
 
 Key = tuple[str, str]  # (namespace, BatchedModel name)
