@@ -42,6 +42,7 @@ DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 NO_SPACE = r"^\S+$"
+HTTP_URL = r"^https?://\S+$"
 QUANTITY = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
@@ -50,6 +51,16 @@ CONDITION_TYPE = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9]
     r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
 )
 CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+# What each pattern means, for error messages a person can act on.
+PATTERN_MEANINGS = {
+    DNS1035_LABEL: "must be a DNS-1035 label: lowercase letters, digits and '-', starting "
+    "with a letter and ending with a letter or digit",
+    DNS1123_SUBDOMAIN: "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'",
+    MODEL_NAME: "must start with a letter or digit and hold only letters, digits, '_', '.', '-'",
+    NO_SPACE: "must not be empty or contain whitespace",
+    HTTP_URL: "must be an http:// or https:// URL",
+}
 
 # Triton flags batchop sets itself; a user arg that overrides one would break the live
 # reload (explicit model control) or the ports the Service and probes use.
@@ -442,7 +453,7 @@ class AutotuneSpec(APIModel):
     prometheus_url: str | None = Field(
         default=None,
         max_length=2048,
-        pattern=r"^https?://\S+$",
+        pattern=HTTP_URL,
         description="Prometheus to read Triton's metrics from. Defaults to the operator's setting.",
     )
 
@@ -652,6 +663,9 @@ def violations(exc: ValidationError) -> list[Violation]:
             message = error["msg"]
             if error["type"] == "extra_forbidden":
                 message = "unknown field"
+            elif error["type"] == "string_pattern_mismatch":
+                pattern = error.get("ctx", {}).get("pattern", "")
+                message = PATTERN_MEANINGS.get(pattern, message)
             found.append(Violation(base, message))
     return found
 
