@@ -85,7 +85,7 @@ def write_model_repository(
     defaults to the profile's (a BatchedModel may ask for less).
     """
     if isinstance(profile, str | Path):
-        from batchop.sim import load_profile
+        from batchop.sim.profile import load_profile
 
         profile = load_profile(profile)
     mbs = profile.max_batch_size if max_batch_size is None else max_batch_size

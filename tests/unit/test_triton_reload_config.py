@@ -1,0 +1,56 @@
+"""The pure half of the live reload: only the delay changes in the config sent back."""
+
+from __future__ import annotations
+
+import copy
+import socket
+
+import pytest
+
+from batchop.act.triton_reload import (
+    ServerUnreachable,
+    live_delay,
+    set_queue_delay_sync,
+    with_queue_delay,
+)
+
+LIVE = {
+    "name": "synth",
+    "max_batch_size": 32,
+    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]}],
+    "dynamic_batching": {"preferred_batch_size": [32], "max_queue_delay_microseconds": 500},
+    "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+}
+
+
+def test_only_the_delay_changes() -> None:
+    original = copy.deepcopy(LIVE)
+    new = with_queue_delay(LIVE, 8000)
+    assert live_delay(new) == 8000
+    assert original == LIVE  # input untouched
+    new["dynamic_batching"]["max_queue_delay_microseconds"] = 500
+    assert new == original  # nothing else differs
+
+
+def test_missing_delay_reads_as_zero() -> None:
+    assert live_delay({"dynamic_batching": {}}) == 0
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "100"])
+def test_bad_delay_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="delay_us"):
+        with_queue_delay(LIVE, bad)  # type: ignore[arg-type]
+
+
+def test_model_without_dynamic_batching_refused() -> None:
+    config = {k: v for k, v in LIVE.items() if k != "dynamic_batching"}
+    with pytest.raises(ValueError, match="dynamic_batching"):
+        with_queue_delay(config, 100)
+
+
+def test_nothing_listening_is_unreachable() -> None:
+    with socket.socket() as s:  # a free port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ServerUnreachable, match=f"127.0.0.1:{port}"):
+        set_queue_delay_sync(f"127.0.0.1:{port}", "synth", 100, timeout=5)
