@@ -39,6 +39,7 @@ from batchop.api.rules import Rule, failed
 # Patterns are written to mean the same in Python `re` and in the API server's (Go RE2 /
 # ECMA) dialect: no look-arounds, no backreferences.
 DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 NO_SPACE = r"^\S+$"
@@ -56,6 +57,7 @@ CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 PATTERN_MEANINGS = {
     DNS1035_LABEL: "must be a DNS-1035 label: lowercase letters, digits and '-', starting "
     "with a letter and ending with a letter or digit",
+    DNS1123_LABEL: "must be a DNS-1123 label: lowercase letters, digits and '-'",
     DNS1123_SUBDOMAIN: "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.'",
     MODEL_NAME: "must start with a letter or digit and hold only letters, digits, '_', '.', '-'",
     NO_SPACE: "must not be empty or contain whitespace",
@@ -230,6 +232,30 @@ class LocalObjectReference(APIModel):
     )
 
 
+class Volume(APIModel):
+    """A pod volume (as in a Pod's spec.volumes): a name plus one volume source."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS1123_LABEL,
+        description="Volume name, referred to by volumeMounts.",
+    )
+
+
+class VolumeMount(APIModel):
+    """A volume mount of the tritonserver container (as in a container's volumeMounts)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=63, description="Name of the volume to mount.")
+    mount_path: str = Field(
+        min_length=1, max_length=4096, description="Where the volume appears in the container."
+    )
+
+
 def _uses_gpu_resource(resources: ResourceRequirements | None) -> bool:
     if resources is None:
         return False
@@ -286,14 +312,14 @@ class ServerSpec(APIModel):
     affinity: dict[str, Any] | None = Field(
         default=None, description="Pod affinity/anti-affinity, as in a Pod's spec."
     )
-    volumes: list[dict[str, Any]] | None = Field(
+    volumes: list[Volume] | None = Field(
         default=None,
         max_length=64,
         description="Extra pod volumes, as in a Pod's spec (the names "
         + " and ".join(RESERVED_VOLUMES)
         + " are reserved).",
     )
-    volume_mounts: list[dict[str, Any]] | None = Field(
+    volume_mounts: list[VolumeMount] | None = Field(
         default=None,
         max_length=64,
         description="Extra volume mounts of the tritonserver container (batchop mounts "
@@ -330,20 +356,20 @@ class ServerSpec(APIModel):
             reason="FieldValueForbidden",
         ),
         Rule(
-            cel="!has(self.volumes) || self.volumes.all(v, !has(v.name) || "
-            f"!(v.name in {_cel_list(RESERVED_VOLUMES)}))",
+            cel="!has(self.volumes) || "
+            f"self.volumes.all(v, !(v.name in {_cel_list(RESERVED_VOLUMES)}))",
             message="volume names " + ", ".join(RESERVED_VOLUMES) + " are reserved by batchop",
             field="volumes",
-            check=lambda s: all(v.get("name") not in RESERVED_VOLUMES for v in s.volumes or ()),
+            check=lambda s: all(v.name not in RESERVED_VOLUMES for v in s.volumes or ()),
             reason="FieldValueForbidden",
         ),
         Rule(
-            cel="!has(self.volumeMounts) || self.volumeMounts.all(m, !has(m.mountPath) || "
-            f"!(m.mountPath in {_cel_list(RESERVED_MOUNT_PATHS)}))",
+            cel="!has(self.volumeMounts) || "
+            f"self.volumeMounts.all(m, !(m.mountPath in {_cel_list(RESERVED_MOUNT_PATHS)}))",
             message="mount paths " + ", ".join(RESERVED_MOUNT_PATHS) + " are batchop's",
             field="volumeMounts",
             check=lambda s: all(
-                m.get("mountPath") not in RESERVED_MOUNT_PATHS for m in s.volume_mounts or ()
+                m.mount_path not in RESERVED_MOUNT_PATHS for m in s.volume_mounts or ()
             ),
             reason="FieldValueForbidden",
         ),

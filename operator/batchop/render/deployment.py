@@ -98,7 +98,7 @@ def _container(bm: BatchedModel, options: RenderOptions) -> dict[str, Any]:
         "volumeMounts": [
             {"name": c.TMP_VOLUME, "mountPath": c.TMP_PATH},
             {"name": c.SHM_VOLUME, "mountPath": c.SHM_PATH},
-            *[dict(m) for m in server.volume_mounts or ()],
+            *[m.model_dump(by_alias=True) for m in server.volume_mounts or ()],
         ],
     }
     return container
@@ -123,7 +123,7 @@ def _pod_spec(bm: BatchedModel, options: RenderOptions) -> dict[str, Any]:
             # Triton's python backend and CUDA IPC use /dev/shm; the runtime's default 64 MiB
             # is too small for batched tensors.
             {"name": c.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
-            *[dict(v) for v in server.volumes or ()],
+            *[v.model_dump(by_alias=True) for v in server.volumes or ()],
         ],
     }
     if server.service_account_name:
