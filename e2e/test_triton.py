@@ -1,0 +1,139 @@
+"""Real tritonserver from the nvidia-pytriton wheel, serving the synthetic model.
+
+Each test talks to a real server on its own 127.0.77.x address: correct outputs, live delay
+reload that is hitless under open-loop load and keeps Triton's counters, and a rejected config
+that leaves the old one serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from batchop.act.triton_reload import (
+    ConfigRejected,
+    apply_config,
+    get_model_config,
+    live_delay,
+    set_queue_delay,
+    set_queue_delay_sync,
+)
+from batchop.local.load import StaticTargets, run_load
+from batchop.local.triton import TritonProcess, write_model_repository
+from batchop.local.triton.metrics import scrape
+from batchop.sim.profile import load_profile
+from batchop.sim.trace import constant_trace
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "examples" / "profiles" / "cpu-demo.yaml"
+MODEL = "synth"
+_ADDRESSES = itertools.count(10)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[TritonProcess]:
+    """A fresh server per test (reloads change its state), on an address of its own."""
+    write_model_repository(tmp_path / "repo", MODEL, load_profile(PROFILE), max_queue_delay_us=0)
+    address = f"127.0.77.{next(_ADDRESSES)}"
+    with TritonProcess(
+        tmp_path / "repo", address=address, load_models=[MODEL], log_path=tmp_path / "triton.log"
+    ) as triton:
+        yield triton
+
+
+def _infer(url: str, x: np.ndarray) -> np.ndarray:
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(url)
+    try:
+        inp = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        return client.infer(MODEL, [inp]).as_numpy("OUTPUT0")
+    finally:
+        client.close()
+
+
+def test_serves_synthetic_model_with_correct_outputs(server: TritonProcess) -> None:
+    profile = load_profile(PROFILE)
+    config = asyncio.run(get_model_config(server.url, MODEL))
+    assert config["max_batch_size"] == profile.max_batch_size
+    assert config["backend"] == "python"
+    assert live_delay(config) == 0
+    rng = np.random.default_rng(7)
+    for batch in (1, 3, profile.max_batch_size):
+        x = rng.normal(size=(batch, 4)).astype(np.float32)
+        assert np.array_equal(_infer(server.url, x), x * 2)
+    counters = scrape(server.metrics_url, MODEL)
+    assert counters.get("nv_inference_request_success") == 3
+    assert counters.get("nv_inference_count") == 1 + 3 + profile.max_batch_size
+    assert server.rss_bytes() > 0
+
+
+def test_reload_is_hitless_under_load_and_keeps_counters(server: TritonProcess) -> None:
+    _infer(server.url, np.zeros((1, 4), np.float32))
+    before = scrape(server.metrics_url, MODEL)
+    delays = [4000, 1000, 8000]
+    results = []
+
+    async def scenario() -> dict:
+        load = asyncio.create_task(
+            run_load(constant_trace(150.0, 10.0), StaticTargets([server.url], MODEL),
+                     seed=11, keep_records=False)
+        )
+        for delay in delays:
+            await asyncio.sleep(2.0)
+            results.append(await set_queue_delay(server.url, MODEL, delay))
+        return await load
+
+    report = asyncio.run(scenario())
+    assert report["requests"] > 1000
+    assert report["failed"] == 0, report["errors"]
+    assert all(r.changed for r in results)
+    assert [r.delay_us for r in results] == delays
+    assert live_delay(asyncio.run(get_model_config(server.url, MODEL))) == delays[-1]
+    after = scrape(server.metrics_url, MODEL)
+    # counters were not reset by the reloads: they grew by every request the load sent
+    gained = after - before
+    assert gained.get("nv_inference_request_success") == report["ok"]
+    assert gained.get("nv_inference_request_failure") == 0
+
+
+def test_rejected_config_keeps_old_one_serving(server: TritonProcess) -> None:
+    set_queue_delay_sync(server.url, MODEL, 2000)
+    config = asyncio.run(get_model_config(server.url, MODEL))
+    bad = json.loads(json.dumps(config))
+    bad["dynamic_batching"]["max_queue_delay_microseconds"] = 9000
+    bad["dynamic_batching"]["preferred_batch_size"] = [config["max_batch_size"] * 2]
+    with pytest.raises(ConfigRejected, match="failed to load"):
+        asyncio.run(apply_config(server.url, MODEL, bad))
+    assert server.is_ready()
+    assert live_delay(asyncio.run(get_model_config(server.url, MODEL))) == 2000
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    assert np.array_equal(_infer(server.url, x), x * 2)
+    assert "preferred size must be <= max batch size" in server.log_path.read_text()
+
+
+def test_cli_load_direct_mode(server: TritonProcess, tmp_path: Path) -> None:
+    out = tmp_path / "load.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "batchop", "load", "--rps", "60", "--duration", "3",
+         "--url", server.url, "--model", MODEL, "--json", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["failed"] == 0 and report["ok"] == report["requests"] > 0
+    assert len(report["timeline"]) == 3
+    assert len(report["records"]["send_s"]) == report["requests"]
+    assert report["targets"] == [server.url]
+    assert report["p99_ms"] >= report["p50_ms"] > 0
