@@ -143,7 +143,7 @@ class Handlers:
         self._locks: dict[ModelKey, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._unserved: set[tuple[ModelKey, str]] = set()
-        self._apply_errors: dict[ModelKey, str] = {}
+        self._failures: dict[ModelKey, tuple[str, str]] = {}
 
     # --- BatchedModel ------------------------------------------------------------------------
 
@@ -180,7 +180,7 @@ class Handlers:
         except APIError as exc:
             self._fail(bm, "ApplyFailed", f"reconcile failed: {exc}")
             raise
-        self._apply_errors.pop(key, None)
+        self._failures.pop(key, None)
         self.refresh_status(bm)
         return done
 
@@ -198,7 +198,7 @@ class Handlers:
         self.post(bm, "Warning", f"{child['kind']}Skipped", message)
 
     def _fail(self, bm: Mapping[str, Any], reason: str, message: str) -> None:
-        self._apply_errors[_key(bm)] = message
+        self._failures[_key(bm)] = (reason, message)
         self.post(bm, "Warning", reason, message)
         try:
             self.refresh_status(bm)
@@ -208,7 +208,7 @@ class Handlers:
     def forget(self, bm: Mapping[str, Any]) -> None:
         """Drop per-model memory when a BatchedModel is gone."""
         key = _key(bm)
-        self._apply_errors.pop(key, None)
+        self._failures.pop(key, None)
         self._unserved = {m for m in self._unserved if m[0] != key}
         with self._locks_guard:
             self._locks.pop(key, None)
@@ -273,7 +273,7 @@ class Handlers:
                     deployment,
                     pods,
                     self.clock(),
-                    self._apply_errors.get(key),
+                    self._failures.get(key),
                 )
                 old = current.get("status") or {}
                 if not status_differs(old, status):
@@ -318,8 +318,9 @@ class Handlers:
             bad = (ctype == "Ready" and cond["status"] == "False") or (
                 ctype in ("Degraded", "CapacityLimited") and cond["status"] == "True"
             )
-            if ctype == "Progressing" or (not bad and ctype != "Ready" and ctype not in before):
-                continue  # routine: a rollout starting, or a first "all fine"
+            first = ctype not in before
+            if ctype == "Progressing" or (first and (ctype == "Ready" or not bad)):
+                continue  # routine: a rollout, a new model not ready yet, a first "all fine"
             self.post(
                 bm,
                 "Warning" if bad else "Normal",

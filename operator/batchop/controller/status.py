@@ -167,9 +167,12 @@ def compute_conditions(
     bm: Mapping[str, Any],
     deployment: Mapping[str, Any] | None,
     pods: Sequence[Mapping[str, Any]],
-    apply_error: str | None = None,
+    failure: tuple[str, str] | None = None,
 ) -> list[Condition]:
-    """Ready, Progressing, Degraded and CapacityLimited for one BatchedModel."""
+    """Ready, Progressing, Degraded and CapacityLimited for one BatchedModel.
+
+    `failure` is the operator's own (reason, message) when its last reconcile failed.
+    """
     gpus = int(_get(bm, "spec", "server", "gpus", default=1))
     want = desired_replicas(bm, deployment)
     ready = int(_get(deployment, "status", "readyReplicas", default=0))
@@ -213,14 +216,13 @@ def compute_conditions(
         progress = Condition("Progressing", "False", "Stable", f"{want} replicas up to date")
 
     deadline = _deployment_condition(deployment or {}, "Progressing")
-    failure = _deployment_condition(deployment or {}, "ReplicaFailure")
+    replica_failure = _deployment_condition(deployment or {}, "ReplicaFailure")
     broken = _broken_pod(pods)
-    if apply_error:
-        degraded = Condition("Degraded", "True", "ApplyFailed", _short(apply_error))
-    elif failure.get("status") == "True":
-        degraded = Condition(
-            "Degraded", "True", "ReplicaFailure", _short(str(failure.get("message") or ""))
-        )
+    if failure:
+        degraded = Condition("Degraded", "True", failure[0], _short(failure[1]))
+    elif replica_failure.get("status") == "True":
+        message = str(replica_failure.get("message") or "")
+        degraded = Condition("Degraded", "True", "ReplicaFailure", _short(message))
     elif deadline.get("reason") == "ProgressDeadlineExceeded":
         degraded = Condition(
             "Degraded",
@@ -283,13 +285,13 @@ def compute_status(
     deployment: Mapping[str, Any] | None,
     pods: Sequence[Mapping[str, Any]],
     now: datetime,
-    apply_error: str | None = None,
+    failure: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The status fields the operator owns, ready for a merge patch of the status subresource."""
     generation = _get(bm, "metadata", "generation")
     existing = _get(bm, "status", "conditions", default=[])
     conditions = merge_conditions(
-        existing, compute_conditions(bm, deployment, pods, apply_error), now, generation
+        existing, compute_conditions(bm, deployment, pods, failure), now, generation
     )
     status: dict[str, Any] = {
         "replicas": int(_get(deployment, "status", "replicas", default=0)),

@@ -1,0 +1,277 @@
+"""The handlers' decisions, against an in-memory stand-in for the API server (no I/O).
+
+The stand-in keeps objects by (kind, name), bumps a resourceVersion on every write and
+refuses a status patch computed from an old resourceVersion, the three behaviours of the
+API server the handlers rely on. The real API server is exercised by the integration tests.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from batchop.controller.handlers import Handlers, SpecRefused, slim_model, slim_pod
+from batchop.controller.kube import APIError, NotServed
+from batchop.controller.reconcile import child_key
+from batchop.controller.settings import Settings
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpu-demo.yaml"
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class MemoryCluster:
+    """Objects of one namespace in memory; records every write."""
+
+    def __init__(self, model: dict[str, Any], serves_pod_monitor: bool = True) -> None:
+        self.model = model
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.serves_pod_monitor = serves_pod_monitor
+        self.writes: list[str] = []
+        self.fail_apply: APIError | None = None
+        self.version = 100
+
+    def _bump(self) -> str:
+        self.version += 1
+        return str(self.version)
+
+    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        if self.fail_apply:
+            raise self.fail_apply
+        if obj["kind"] == "PodMonitor" and not self.serves_pod_monitor:
+            raise NotServed("PodMonitor (monitoring.coreos.com/v1) is not served")
+        live = copy.deepcopy(dict(obj))
+        live["metadata"]["resourceVersion"] = self._bump()
+        self.objects[(obj["kind"], obj["metadata"]["name"])] = live
+        self.writes.append(f"apply {obj['kind']}")
+        return live
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        self.objects.pop((kind, name), None)
+        self.writes.append(f"delete {kind}")
+
+    def list_children(self, namespace: str, bm_name: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for o in self.objects.values()]
+
+    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.model)
+
+    def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        if resource_version and resource_version != self.model["metadata"]["resourceVersion"]:
+            raise APIError(409, "the object has been modified")
+        self.model.setdefault("status", {}).update(copy.deepcopy(dict(status)))
+        self.model["metadata"]["resourceVersion"] = self._bump()
+        self.writes.append("status")
+        return self.model
+
+
+class World:
+    """A BatchedModel, its cluster, its pods, and what the handlers posted."""
+
+    def __init__(self, settings: Settings | None = None, serves_pod_monitor: bool = True) -> None:
+        bm = yaml.safe_load(EXAMPLE.read_text())
+        bm["metadata"].update(uid="uid-1", generation=1, namespace="ml", resourceVersion="1")
+        self.cluster = MemoryCluster(bm, serves_pod_monitor)
+        self.pods: list[dict[str, Any]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.handlers = Handlers(
+            settings or Settings(),
+            self.cluster,
+            lambda _bm, type_, reason, msg: self.events.append((type_, reason, msg)),
+            lambda ns, name: (self.deployment(), self.pods),
+            clock=lambda: NOW,
+        )
+
+    @property
+    def bm(self) -> dict[str, Any]:
+        return slim_model(self.cluster.model)
+
+    def deployment(self) -> dict[str, Any] | None:
+        return self.cluster.objects.get(("Deployment", "cpu-demo"))
+
+    def conditions(self) -> dict[str, dict[str, Any]]:
+        return {c["type"]: c for c in self.cluster.model["status"]["conditions"]}
+
+
+def test_reconcile_applies_every_child_and_writes_status() -> None:
+    w = World()
+    done = w.handlers.reconcile(w.bm)
+    assert sorted(k for k, _ in w.cluster.objects) == [
+        "Deployment",
+        "PodDisruptionBudget",
+        "PodMonitor",
+        "Service",
+    ]
+    assert len(done) == 4 and all(d.startswith("applied ") for d in done)
+    status = w.cluster.model["status"]
+    assert status["observedGeneration"] == 1
+    assert status["selector"] == "batchop.io/batchedmodel=cpu-demo"
+    assert w.conditions()["Progressing"]["status"] == "True"
+
+
+def test_reconcile_twice_creates_no_duplicates_and_no_status_write() -> None:
+    w = World()
+    w.handlers.reconcile(w.bm)
+    before = dict(w.cluster.objects)
+    writes = len(w.cluster.writes)
+    w.handlers.reconcile(w.bm)
+    assert w.cluster.objects.keys() == before.keys()
+    assert "status" not in w.cluster.writes[writes:]
+
+
+def test_stale_children_are_deleted_after_settings_change() -> None:
+    w = World()
+    w.handlers.reconcile(w.bm)
+    w.cluster.model["spec"]["scaling"].update(maxReplicas=1, replicas=1)
+    w.handlers.settings = Settings(pod_monitor=False)
+    w.handlers.reconcile(w.bm)
+    assert sorted(k for k, _ in w.cluster.objects) == ["Deployment", "Service"]
+    assert [e[1] for e in w.events].count("Deleted") == 2
+
+
+def test_missing_pod_monitor_crd_is_skipped_with_one_warning() -> None:
+    w = World(serves_pod_monitor=False)
+    w.handlers.reconcile(w.bm)
+    w.handlers.reconcile(w.bm)
+    assert ("PodMonitor", "cpu-demo") not in w.cluster.objects
+    assert ("Deployment", "cpu-demo") in w.cluster.objects
+    warnings = [e for e in w.events if e[1] == "PodMonitorSkipped"]
+    assert len(warnings) == 1 and "--no-pod-monitor" in warnings[0][2]
+    assert w.conditions()["Degraded"]["status"] == "False"
+
+
+def test_invalid_spec_is_refused_and_reported() -> None:
+    w = World()
+    w.cluster.model["spec"]["scaling"].update(minReplicas=3, replicas=1)
+    with pytest.raises(SpecRefused, match="minReplicas"):
+        w.handlers.reconcile(w.bm)
+    assert not w.cluster.objects
+    degraded = w.conditions()["Degraded"]
+    assert degraded["status"] == "True" and degraded["reason"] == "InvalidSpec"
+    assert ("Warning", "InvalidSpec") in [(e[0], e[1]) for e in w.events]
+
+
+def test_apply_failure_is_degraded_until_it_succeeds() -> None:
+    w = World()
+    w.cluster.fail_apply = APIError(500, "etcd is sad")
+    with pytest.raises(APIError):
+        w.handlers.reconcile(w.bm)
+    degraded = w.conditions()["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "ApplyFailed")
+    assert "etcd is sad" in degraded["message"]
+    w.cluster.fail_apply = None
+    w.handlers.reconcile(w.bm)
+    assert w.conditions()["Degraded"]["status"] == "False"
+
+
+def test_deleted_or_edited_child_is_restored_and_told() -> None:
+    w = World()
+    w.handlers.reconcile(w.bm)
+    service = w.cluster.objects.pop(("Service", "cpu-demo"))
+    assert w.handlers.child_event("DELETED", service, w.bm) == "apply"
+    assert ("Service", "cpu-demo") in w.cluster.objects
+    edited = copy.deepcopy(w.deployment())
+    assert edited is not None
+    edited["spec"]["replicas"] = 5
+    assert w.handlers.child_event("MODIFIED", edited, w.bm) == "apply"
+    assert w.cluster.objects[("Deployment", "cpu-demo")]["spec"]["replicas"] == 1
+    assert [e[1] for e in w.events] == ["DriftRestored", "DriftRestored"]
+    assert "was deleted" in w.events[0][2] and "was changed" in w.events[1][2]
+
+
+def test_child_events_ignored_when_owner_is_gone_or_going_or_someone_else() -> None:
+    w = World()
+    w.handlers.reconcile(w.bm)
+    service = copy.deepcopy(w.cluster.objects[("Service", "cpu-demo")])
+    assert w.handlers.child_event("DELETED", service, None) == "none"
+    going = w.bm
+    going["metadata"]["deletionTimestamp"] = "2026-03-01T12:00:00Z"
+    assert w.handlers.child_event("DELETED", service, going) == "none"
+    service["metadata"]["ownerReferences"][0]["uid"] = "uid-of-an-older-model"
+    assert w.handlers.child_event("DELETED", service, w.bm) == "none"
+    assert not w.events
+
+
+def test_status_conflict_rereads_and_keeps_the_tuners_condition() -> None:
+    w = World()
+    w.handlers.reconcile(w.bm)
+    stale = w.bm  # read before the tuner wrote
+    slo = {
+        "type": "SLOMet",
+        "status": "True",
+        "reason": "WithinSLO",
+        "message": "p99 12ms <= 40ms",
+        "lastTransitionTime": "2026-03-01T11:00:00Z",
+    }
+    w.cluster.model["status"]["conditions"].append(slo)
+    w.cluster.model["metadata"]["resourceVersion"] = "999"
+    dep = w.deployment()
+    assert dep is not None
+    dep["status"] = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
+    dep["metadata"]["generation"] = 1
+    dep["status"]["observedGeneration"] = 1
+    written = w.handlers.refresh_status(stale)
+    assert written is not None
+    assert slo in w.cluster.model["status"]["conditions"]
+    assert w.conditions()["Ready"]["status"] == "True"
+
+
+def test_gpu_shortage_posts_a_warning_with_gpus_missing() -> None:
+    w = World()
+    w.handlers.reconcile(w.bm)
+    pending = {
+        "metadata": {"name": "cpu-demo-x"},
+        "spec": {
+            "containers": [
+                {"name": "tritonserver", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ]
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                }
+            ],
+        },
+    }
+    w.pods = [slim_pod(pending)]
+    w.handlers.refresh_status(w.bm)
+    cap = w.conditions()["CapacityLimited"]
+    assert (cap["status"], cap["reason"]) == ("True", "InsufficientGPU")
+    assert cap["message"].startswith("1 GPU missing")
+    warning = [e for e in w.events if e[1] == "InsufficientGPU"]
+    assert warning and warning[0][0] == "Warning" and "1 GPU missing" in warning[0][2]
+    # GPUs free up: the pod runs, the condition clears with a Normal event.
+    w.pods = []
+    w.handlers.refresh_status(w.bm)
+    assert w.conditions()["CapacityLimited"]["status"] == "False"
+    assert w.events[-1][:2] == ("Normal", "Schedulable")
+
+
+def test_slim_pod_keeps_what_status_reads() -> None:
+    pod = {
+        "metadata": {"name": "p", "namespace": "ml", "managedFields": [{}] * 3},
+        "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "i", "args": ["x"] * 9}]},
+        "status": {"phase": "Running", "podIP": "127.10.0.3", "hostIP": "h"},
+    }
+    slim = slim_pod(pod)
+    assert slim["status"]["phase"] == "Running" and slim["spec"]["nodeName"] == "n"
+    assert "managedFields" not in slim["metadata"] and "image" not in slim["spec"]["containers"][0]
+
+
+def test_children_keys_match_what_was_applied() -> None:
+    w = World()
+    w.handlers.reconcile(w.bm)
+    for (kind, name), obj in w.cluster.objects.items():
+        assert child_key(obj)[1:] == (kind, name)
