@@ -1,0 +1,35 @@
+"""`batchop demo` end to end, short: its report must hold real samples from real Triton.
+
+Runs the demo on the session's cluster and stack (the same code path as `batchop demo`, minus
+creating its own cluster) with a 40 s load, then checks report.json and report.png.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchop.local.demo import run_demo
+
+pytestmark = pytest.mark.e2e
+
+
+def test_demo_report_has_real_samples(cluster: Any, stack: Any, tmp_path: Path) -> None:
+    lines: list[str] = []
+    result = run_demo(duration_s=40.0, report_dir=tmp_path, sample_s=4.0, cluster=cluster,
+                      stack=stack, say=lines.append)
+    assert "interrupted" not in result.notes, "\n".join(lines)
+    report = json.loads((tmp_path / "report.json").read_text())
+    timeline = report["timeline"]
+    assert len(timeline) >= 5, "\n".join(lines)
+    served = [s for s in timeline if (s["rps"] or 0) > 0 and (s["p99_ms"] or 0) > 0]
+    assert served, f"no sample with requests served and a p99: {timeline}"
+    assert all(s["slo_ms"] == 40 for s in timeline)
+    assert max(s["ready"] for s in timeline) >= 1
+    assert report["load"]["ok"] > 0
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+    # Whether or not the operator tunes yet, the report says what happened.
+    assert report["decisions"] or any("no tuning decisions" in n for n in report["notes"])

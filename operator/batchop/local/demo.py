@@ -1,0 +1,407 @@
+"""`batchop demo`: the whole local stack, one BatchedModel, a load that steps up and down.
+
+Brings up the local cluster, Prometheus, the pod runner and the operator (`batchop run`);
+installs the CRD; applies examples/cpu-demo.yaml with its repository pointed at a synthetic
+model generated from the cpu-demo latency profile; drives an open-loop load that steps up and
+back down; prints a live table every few seconds (from Prometheus and the BatchedModel's
+status); writes DIR/report.json and DIR/report.png; tears everything down on exit (Ctrl-C and
+SIGTERM included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+BM_FILE = EXAMPLES / "cpu-demo.yaml"
+PROFILE_FILE = EXAMPLES / "profiles" / "cpu-demo.yaml"
+CLUSTER_NAME = "batchop-demo"
+# The load's shape as (fraction of the duration, req/s): low, a step up, part way down, low.
+STEPS = ((0.0, 40.0), (0.2, 320.0), (0.6, 120.0), (0.8, 40.0))
+
+
+@dataclass
+class Sample:
+    """One row of the timeline (the report's contract: these names)."""
+
+    t: float
+    rps: float | None
+    p99_ms: float | None
+    slo_ms: float
+    delay_us: int | None
+    replicas: int
+    ready: int
+    avg_batch: float | None
+    offered_rps: float = 0.0
+
+
+@dataclass
+class DemoResult:
+    timeline: list[Sample] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    load: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "timeline": [asdict(s) for s in self.timeline],
+            "decisions": self.decisions,
+            "notes": self.notes,
+            "load": self.load,
+        }
+
+
+def demo_trace(duration_s: float) -> Any:
+    """The step-up-then-down load, scaled to `duration_s`. Pure."""
+    from batchop.sim.trace import Trace
+
+    seconds = tuple(round(f * duration_s, 3) for f, _ in STEPS) + (float(duration_s),)
+    rates = tuple(r for _, r in STEPS) + (STEPS[-1][1],)
+    return Trace(seconds=seconds, rps=rates, name="demo-steps")
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else (
+        format(value, spec))
+
+
+TABLE_HEADER = (f"{'t(s)':>6} {'load':>6} {'RPS':>7} {'p99(ms)':>8} {'SLO':>5} "
+                f"{'delay(us)':>9} {'replicas':>8} {'ready':>5} {'batch':>6}")
+
+
+def table_row(s: Sample) -> str:
+    """One live-table line. Pure."""
+    return (f"{s.t:6.0f} {s.offered_rps:6.0f} {_fmt(s.rps, '7.1f')} {_fmt(s.p99_ms, '8.1f')} "
+            f"{s.slo_ms:5.0f} {_fmt(s.delay_us, '9d')} {s.replicas:8d} {s.ready:5d} "
+            f"{_fmt(s.avg_batch, '6.2f')}")
+
+
+def new_decisions(status: dict[str, Any], seen: set[str]) -> list[dict[str, Any]]:
+    """status.lastDecision as a new decision, unless already recorded. Pure but for `seen`."""
+    last = status.get("lastDecision")
+    if not isinstance(last, dict) or not last:
+        return []
+    key = json.dumps(last, sort_keys=True)
+    if key in seen:
+        return []
+    seen.add(key)
+    return [dict(last)]
+
+
+def write_plot(result: DemoResult, path: Path) -> None:
+    """report.png: load, p99 vs SLO, delay, replicas over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tl = result.timeline
+    t = [s.t for s in tl]
+
+    def series(values: list[float | None]) -> list[float]:
+        return [math.nan if v is None else float(v) for v in values]
+
+    fig, axes = plt.subplots(4, 1, sharex=True, figsize=(9, 9))
+    axes[0].plot(t, [s.offered_rps for s in tl], label="offered", drawstyle="steps-post")
+    axes[0].plot(t, series([s.rps for s in tl]), label="served (Prometheus)")
+    axes[0].set_ylabel("req/s")
+    axes[0].legend(loc="upper right")
+    axes[1].plot(t, series([s.p99_ms for s in tl]), label="p99 (worst pod)")
+    axes[1].plot(t, [s.slo_ms for s in tl], "--", label="SLO")
+    axes[1].set_ylabel("ms")
+    axes[1].legend(loc="upper right")
+    axes[2].plot(t, series([s.delay_us for s in tl]), drawstyle="steps-post")
+    axes[2].set_ylabel("queue delay (us)")
+    axes[3].plot(t, [s.replicas for s in tl], label="replicas", drawstyle="steps-post")
+    axes[3].plot(t, [s.ready for s in tl], label="ready", drawstyle="steps-post")
+    axes[3].set_ylabel("pods")
+    axes[3].set_xlabel("seconds")
+    axes[3].legend(loc="upper right")
+    for d in result.decisions:
+        if isinstance(d.get("t"), int | float):
+            for ax in axes:
+                ax.axvline(d["t"], color="grey", alpha=0.3)
+    fig.suptitle("batchop demo: cpu-demo on the local stack (real Triton, real Prometheus)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+class _LoadThread:
+    """Runs the async load generator in a thread so the main thread can sample and print."""
+
+    def __init__(self, trace: Any, source: Any) -> None:
+        self.trace, self.source = trace, source
+        self.report: dict[str, Any] = {}
+        self.error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[dict[str, Any]] | None = None
+        self.thread = threading.Thread(target=self._run, name="demo-load", daemon=True)
+
+    def _run(self) -> None:
+        from batchop.local.load import run_load
+
+        async def main() -> dict[str, Any]:
+            self._task = asyncio.current_task()  # type: ignore[assignment]
+            return await run_load(self.trace, self.source, keep_records=False)
+
+        try:
+            self._loop = asyncio.new_event_loop()
+            self.report = self._loop.run_until_complete(main())
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            if self._loop is not None:
+                self._loop.close()
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def cancel(self) -> None:
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
+        self.thread.join(timeout=40)
+
+
+def _raise_interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run_demo(
+    duration_s: float = 210.0,
+    report_dir: Path = Path("reports/demo"),
+    sample_s: float = 5.0,
+    cluster_name: str = CLUSTER_NAME,
+    say: Callable[[str], None] | None = None,
+    keep_cluster: bool = False,
+    cluster: Any = None,
+    stack: Any = None,
+) -> DemoResult:
+    """The demo; returns what it wrote to `report_dir`. Tears everything down, always.
+
+    With `cluster` and `stack` given (the e2e fixtures), they are used as they are and only
+    what the demo added (its operator, its BatchedModel) is removed at the end.
+    """
+    from batchop.local.cluster import LocalCluster
+    from batchop.local.stack import LocalStack, StackError
+
+    out = say or (lambda m: print(m, flush=True))
+    report_dir.mkdir(parents=True, exist_ok=True)
+    result = DemoResult()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    workdir = Path(tempfile.mkdtemp(prefix="batchop-demo-"))
+    own = cluster is None
+    if own:
+        cluster = LocalCluster(cluster_name, nodes=2, gpus_per_node=4, progress=out)
+    bm: Any = None
+    try:
+        if own:
+            out("== batchop demo: bringing up the local stack (the first run builds Kubernetes "
+                "from Go modules: minutes) ==")
+            cluster.up(replace=True)
+            stack = LocalStack(cluster.kubeconfig, workdir=workdir, say=out).start()
+        manifest, bm = _prepare_model(stack)
+        _install_crd(cluster, workdir)
+        try:
+            stack.start_operator()
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+            out(f"applied BatchedModel {bm.namespace}/{bm.name} (operator reconciles it)")
+        except StackError as exc:
+            note = (f"the operator did not start ({exc}); applying the rendered Deployment "
+                    "directly: fixed delay and replicas, no tuning")
+            result.notes.append(note)
+            out(f"NOTE: {note}")
+            _apply_rendered(cluster, bm)
+        ready = _wait_ready(cluster, bm, timeout_s=240)
+        out(f"{ready} pod(s) Ready with a real tritonserver each; starting the load")
+        result.notes.extend(_run_load(cluster, stack, bm, duration_s, sample_s, result, out))
+    except KeyboardInterrupt:
+        result.notes.append("interrupted")
+        out("interrupted: tearing down")
+    finally:
+        if stack is not None and stack.operator_log.exists():
+            shutil.copy(stack.operator_log, report_dir / "operator.log")
+        if own and stack is not None:
+            stack.stop()
+        elif stack is not None:
+            stack.stop_operator()
+            if bm is not None:
+                for kind in ("batchedmodel", "deployment"):
+                    cluster.kubectl("delete", kind, "-n", bm.namespace or "default", bm.name,
+                                    "--ignore-not-found", "--wait=false", check=False)
+        if own and not keep_cluster:
+            try:
+                cluster.down()
+            except Exception as exc:  # teardown must go on; say what is left
+                out(f"could not delete cluster {cluster_name}: {exc}")
+        shutil.rmtree(workdir, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
+        _write_report(result, report_dir, out)
+    return result
+
+
+def _prepare_model(stack: Any) -> tuple[dict[str, Any], Any]:
+    from batchop.api.models import parse_batched_model
+    from batchop.local.triton import write_model_repository
+    from batchop.sim.profile import load_profile
+
+    manifest = yaml.safe_load(BM_FILE.read_text())
+    manifest["spec"]["model"]["repository"] = str(stack.repository_dir)
+    bm = parse_batched_model(manifest)
+    spec = bm.spec
+    write_model_repository(
+        stack.repository_dir, spec.model.name, load_profile(PROFILE_FILE),
+        max_queue_delay_us=spec.batching.max_queue_delay_microseconds,
+        max_batch_size=spec.model.max_batch_size,
+    )
+    return manifest, bm
+
+
+def _install_crd(cluster: Any, workdir: Path) -> None:
+    from batchop.api.crd import crd_yaml
+
+    path = workdir / "crd.yaml"
+    path.write_text(crd_yaml())
+    cluster.apply_file(path)
+    cluster.kubectl("wait", "--for=condition=Established", "crd/batchedmodels.batchop.io",
+                    "--timeout=60s")
+
+
+def _apply_rendered(cluster: Any, bm: Any) -> None:
+    from batchop.render import RenderOptions, render_children
+
+    children = render_children(bm, RenderOptions(pod_monitor=False))
+    for child in children:
+        child.setdefault("metadata", {}).setdefault("namespace", bm.namespace or "default")
+    cluster.kubectl("apply", "-f", "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": children}))
+
+
+def _pods(cluster: Any, bm: Any) -> list[dict[str, Any]]:
+    from batchop.api.constants import LABEL_MODEL
+
+    return cluster.kubectl_json("get", "pods", "-n", bm.namespace or "default", "-l",
+                                f"{LABEL_MODEL}={bm.name}")["items"]
+
+
+def _is_ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in pod.get("status", {}).get("conditions") or [])
+
+
+def _wait_ready(cluster: Any, bm: Any, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready = sum(_is_ready(p) for p in _pods(cluster, bm))
+        if ready:
+            return ready
+        time.sleep(1.0)
+    raise RuntimeError(f"no Ready pod of {bm.namespace}/{bm.name} after {timeout_s:g}s")
+
+
+def _status(cluster: Any, bm: Any) -> dict[str, Any]:
+    got = cluster.kubectl("get", "batchedmodel", "-n", bm.namespace or "default", bm.name,
+                          "-o", "json", check=False)
+    if got.returncode != 0:
+        return {}
+    return dict(json.loads(got.stdout).get("status") or {})
+
+
+def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: float,
+              result: DemoResult, out: Callable[[str], None]) -> list[str]:
+    from batchop.local.load import BatchedModelPods
+    from batchop.observe.prometheus import PrometheusUnavailable
+
+    trace = demo_trace(duration_s)
+    load = _LoadThread(trace, BatchedModelPods(bm.namespace or "default", bm.name,
+                                               kubeconfig=str(cluster.kubeconfig)))
+    observer = stack.observer(window="15s")
+    slo = float(bm.spec.slo.p99_latency_milliseconds)
+    key = (bm.namespace or "default", bm.name)
+    seen: set[str] = set()
+    steps = zip(trace.seconds[:-1], trace.rps[:-1], strict=True)
+    out("load (open loop, Poisson): " + ", ".join(f"{r:g} req/s from t={s:g}s" for s, r in steps))
+    out(TABLE_HEADER)
+    t0 = time.monotonic()
+    load.start()
+    try:
+        while load.thread.is_alive():
+            time.sleep(max(0.0, sample_s - ((time.monotonic() - t0) % sample_s)))
+            t = time.monotonic() - t0
+            try:
+                parts = observer.observe().get(key)
+            except PrometheusUnavailable:
+                parts = None
+            status = _status(cluster, bm)
+            pods = _pods(cluster, bm)
+            delay = status.get("maxQueueDelayMicroseconds",
+                               bm.spec.batching.max_queue_delay_microseconds)
+            sample = Sample(
+                t=round(t, 1),
+                rps=None if parts is None else parts.rps,
+                p99_ms=None if parts is None else parts.p99_ms,
+                slo_ms=slo,
+                delay_us=int(delay) if delay is not None else None,
+                replicas=int(status.get("replicas", len(pods))),
+                ready=int(status.get("readyReplicas", sum(_is_ready(p) for p in pods))),
+                avg_batch=None if parts is None else parts.avg_batch,
+                offered_rps=trace.rate_at(min(t, trace.end - 1e-6)),
+            )
+            result.timeline.append(sample)
+            for d in new_decisions(status, seen):
+                d["t"] = sample.t
+                result.decisions.append(d)
+                out(f"  decision: {d}")
+            out(table_row(sample))
+    finally:
+        load.cancel()
+    result.load = {k: v for k, v in load.report.items() if k != "records"}
+    if load.error is not None:
+        raise RuntimeError(f"the load generator failed: {load.error}") from load.error
+    notes = []
+    if not result.decisions:
+        notes.append(
+            "no tuning decisions were made: this build's operator has no tuning loop yet, so "
+            f"the stack ran at the fixed delay {bm.spec.batching.max_queue_delay_microseconds} "
+            f"us and {bm.spec.scaling.replicas} replica(s) from the BatchedModel's spec"
+        )
+        out(f"NOTE: {notes[-1]}")
+    return notes
+
+
+def _write_report(result: DemoResult, report_dir: Path, out: Callable[[str], None]) -> None:
+    (report_dir / "report.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
+    if result.timeline:
+        write_plot(result, report_dir / "report.png")
+    served = [s.rps for s in result.timeline if s.rps]
+    out(f"report: {report_dir / 'report.json'}"
+        + (f", {report_dir / 'report.png'}" if result.timeline else "")
+        + f" ({len(result.timeline)} samples, {len(result.decisions)} decisions"
+        + (f", peak {max(served):.0f} req/s served" if served else "") + ")")
+
+
+def main_exit_code(result: DemoResult) -> int:
+    """0 when the report holds real samples (requests served and a p99 measured)."""
+    real = any((s.rps or 0) > 0 and (s.p99_ms or 0) > 0 for s in result.timeline)
+    return 0 if real and "interrupted" not in result.notes else 1
+
+
+if __name__ == "__main__":  # pragma: no cover - `batchop demo` is the entry point
+    sys.exit(main_exit_code(run_demo()))
