@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,local]'
 	$(BIN)/python -m batchop.local.tools
+	$(BIN)/python -m batchop.local.prometheus --install
 	@touch $(STAMP)
 
 lint: install
@@ -41,7 +42,7 @@ crd: install
 dashboard: install
 	$(BIN)/python -m batchop.dashboard charts/batchop/files
 
-demo: install
+demo: install cluster-binaries
 	$(BIN)/batchop demo --report reports/demo
 
 clean:
