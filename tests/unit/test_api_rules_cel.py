@@ -1,0 +1,223 @@
+"""Each cross-field rule's CEL (what the API server runs) agrees with its Python predicate.
+
+cel-python evaluates every rule of every model on generated nodes that pass the per-field
+bounds but may break the cross-field rules (boundaries included); the set of rules CEL says
+are broken must equal the set pydantic refuses. This is what keeps the two halves of each
+rule from drifting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bm_samples import cel_holds
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from batchop.api.models import (
+    MANAGED_FLAGS,
+    RESERVED_MOUNT_PATHS,
+    RESERVED_VOLUMES,
+    APIModel,
+    BatchedModelSpec,
+    BatchingSpec,
+    ModelSpec,
+    ScalingSpec,
+    ServerSpec,
+)
+
+RULED = [ModelSpec, ServerSpec, ScalingSpec, BatchingSpec, BatchedModelSpec]
+
+
+def test_every_rule_bearing_model_is_covered() -> None:
+    def subclasses(cls: type) -> set[type]:
+        return {c for s in cls.__subclasses__() for c in {s, *subclasses(s)}}
+
+    assert {c for c in subclasses(APIModel) if c.__rules__} == set(RULED)
+
+
+@pytest.mark.parametrize("model", RULED, ids=lambda c: c.__name__)
+def test_every_cel_rule_compiles(model: type[APIModel]) -> None:
+    import celpy
+
+    env = celpy.Environment()
+    for rule in model.__rules__:
+        env.compile(rule.cel)
+        assert rule.message and "\n" not in rule.message
+        assert rule.field.split(".")[0] in model.model_json_schema(by_alias=True)["properties"]
+
+
+def python_broken(model: type[APIModel], node: dict[str, Any]) -> set[str] | None:
+    """Messages of the rules pydantic refuses `node` for; None if a field bound failed."""
+    try:
+        model.model_validate(node, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        errors = exc.errors()
+        if any(e["type"] != "batchop_rule" or e["loc"] != () for e in errors):
+            return None
+        return {message for e in errors for _, message in e["ctx"]["violations"]}
+    return set()
+
+
+def cel_broken(model: type[APIModel], node: dict[str, Any]) -> set[str]:
+    return {rule.message for rule in model.__rules__ if not cel_holds(rule.cel, node)}
+
+
+def agree(model: type[APIModel], node: dict[str, Any]) -> set[str]:
+    expected = python_broken(model, node)
+    assert expected is not None, f"generator produced a node failing a field bound: {node}"
+    assert cel_broken(model, node) == expected, node
+    return expected
+
+
+SMALL = st.integers(0, 6)
+
+model_nodes = st.builds(
+    lambda mbs, sizes: {
+        "name": "m",
+        "repository": "/models",
+        "maxBatchSize": mbs,
+        **({} if sizes is None else {"preferredBatchSizes": sizes}),
+    },
+    st.integers(1, 8),
+    st.none() | st.lists(st.integers(1, 10), max_size=5),
+)
+
+ARGS = st.sampled_from(
+    [
+        *MANAGED_FLAGS,
+        *(f + "=x" for f in MANAGED_FLAGS),
+        "--model-repository-extra=1",  # a prefix of a managed flag, but another flag
+        "--log-verbose=1",
+        "x--load-model=a",
+        "",
+    ]
+)
+server_nodes = st.fixed_dictionaries(
+    {"gpus": st.integers(0, 2)},
+    optional={
+        "resources": st.fixed_dictionaries(
+            {},
+            optional={
+                part: st.dictionaries(
+                    st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpus"]),
+                    st.sampled_from([1, "2", "500m"]),
+                    max_size=3,
+                )
+                for part in ("limits", "requests")
+            },
+        ),
+        "args": st.lists(ARGS, max_size=4),
+        "volumes": st.lists(
+            st.builds(
+                lambda n: {"name": n, "emptyDir": {}},
+                st.sampled_from([*RESERVED_VOLUMES, "data", "batchop-tmp2"]),
+            ),
+            max_size=3,
+        ),
+        "volumeMounts": st.lists(
+            st.builds(
+                lambda p: {"name": "data", "mountPath": p},
+                st.sampled_from([*RESERVED_MOUNT_PATHS, "/tmp/x", "/data", "/dev/shm2"]),
+            ),
+            max_size=3,
+        ),
+    },
+)
+
+scaling_nodes = st.builds(
+    lambda a, b, c: {"replicas": a, "minReplicas": b, "maxReplicas": c},
+    SMALL,
+    SMALL,
+    st.integers(1, 6),
+)
+
+DELAYS = st.sampled_from([0, 1, 999, 1000, 1001, 5000])
+batching_nodes = st.builds(
+    lambda a, b, c: {
+        "maxQueueDelayMicroseconds": a,
+        "minQueueDelayMicroseconds": b,
+        "maxQueueDelayLimitMicroseconds": c,
+    },
+    DELAYS,
+    DELAYS,
+    DELAYS,
+)
+
+
+@st.composite
+def spec_nodes(draw: st.DrawFn) -> dict[str, Any]:
+    low = draw(st.integers(0, 2))
+    delay = draw(DELAYS)
+    return {
+        "model": {"name": "m", "repository": "/models", "maxBatchSize": 4},
+        "server": {"gpus": 1},
+        "scaling": {"replicas": max(low, 1), "minReplicas": low, "maxReplicas": 3},
+        "batching": {
+            "maxQueueDelayMicroseconds": delay,
+            "minQueueDelayMicroseconds": 0,
+            "maxQueueDelayLimitMicroseconds": 5000,
+        },
+        # ints and floats both: the API server sees whatever JSON number the user wrote
+        "slo": {"p99LatencyMilliseconds": draw(st.sampled_from([0.5, 1, 1.0, 1.001, 5, 5.0, 50]))},
+        "autotune": {"queueDelay": True, "replicas": draw(st.booleans()), "intervalSeconds": 30},
+    }
+
+
+FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(model_nodes)
+def test_model_rules_agree(node: dict[str, Any]) -> None:
+    agree(ModelSpec, node)
+
+
+@FAST
+@given(server_nodes)
+def test_server_rules_agree(node: dict[str, Any]) -> None:
+    agree(ServerSpec, node)
+
+
+@FAST
+@given(scaling_nodes)
+def test_scaling_rules_agree(node: dict[str, Any]) -> None:
+    agree(ScalingSpec, node)
+
+
+@FAST
+@given(batching_nodes)
+def test_batching_rules_agree(node: dict[str, Any]) -> None:
+    agree(BatchingSpec, node)
+
+
+@FAST
+@given(spec_nodes())
+def test_spec_rules_agree(node: dict[str, Any]) -> None:
+    agree(BatchedModelSpec, node)
+
+
+# Hand-picked boundaries, so that each rule is seen both holding and broken on every run.
+@pytest.mark.parametrize(
+    ("model", "node", "broken"),
+    [
+        (ScalingSpec, {"replicas": 3, "minReplicas": 3, "maxReplicas": 3}, 0),
+        (ScalingSpec, {"replicas": 3, "minReplicas": 4, "maxReplicas": 3}, 2),
+        (ScalingSpec, {"replicas": 4, "minReplicas": 1, "maxReplicas": 3}, 1),
+        (BatchingSpec, {"maxQueueDelayMicroseconds": 7, "minQueueDelayMicroseconds": 7,
+                        "maxQueueDelayLimitMicroseconds": 7}, 0),
+        (BatchingSpec, {"maxQueueDelayMicroseconds": 7, "minQueueDelayMicroseconds": 8,
+                        "maxQueueDelayLimitMicroseconds": 6}, 2),
+        (ModelSpec, {"name": "m", "repository": "r", "maxBatchSize": 4,
+                     "preferredBatchSizes": [4, 2]}, 0),
+        (ModelSpec, {"name": "m", "repository": "r", "maxBatchSize": 4,
+                     "preferredBatchSizes": [5, 5]}, 2),
+        (ServerSpec, {"gpus": 1, "args": ["--model-control-mode", "poll"]}, 1),
+        (ServerSpec, {"gpus": 1, "args": ["--model-control-modes=x"]}, 0),
+        (ServerSpec, {"gpus": 0, "resources": {"requests": {"nvidia.com/gpu": 1}}}, 1),
+    ],
+)  # fmt: skip
+def test_rule_boundaries(model: type[APIModel], node: dict[str, Any], broken: int) -> None:
+    assert len(agree(model, node)) == broken
