@@ -128,8 +128,10 @@ def simulate(
     spec: TuningSpec,
     policy: SimPolicy,
     config: SimConfig | None = None,
+    arrivals: np.ndarray | None = None,
 ) -> SimRun:
-    """Run the whole trace; deterministic for a given seed."""
+    """Run the whole trace; deterministic for a given seed. `arrivals` (sorted seconds)
+    replaces the trace's Poisson traffic in open loop; the trace still sets the duration."""
     config = config or SimConfig()
     rng = np.random.default_rng(config.seed)
     cfg = BatcherConfig(
@@ -146,7 +148,9 @@ def simulate(
         store = RequestStore(capacity=int(trace.mean_rate(0, trace.end) * trace.end * 1.1) + 1024)
         clients = _Clients(int(config.clients or 0), trace, rng)
     else:
-        store = RequestStore(poisson_arrivals(trace, rng))
+        if arrivals is None:
+            arrivals = poisson_arrivals(trace, rng)
+        store = RequestStore(np.asarray(arrivals, dtype=float))
     interval = policy.interval_s or spec.interval_s
     end = trace.end
     state = TuningState()
@@ -174,10 +178,15 @@ def simulate(
         shares = _spread(new, len(ready), rng)
         if not ready:
             run.dropped += len(new)
+        answered = []
         for k, rep in enumerate(ready):
+            if len(shares[k]) == 0 and len(rep.pending) == 0:
+                continue
             done = advance(rep, shares[k], t_next, store, cfg, lat_s)
             if closed and len(done):
-                clients.answered(done, store)
+                answered.append(done)
+        if answered:
+            clients.answered(np.concatenate(answered), store)
         t = t_next
         if t >= next_scrape - 1e-9:
             samples.append(scrape(t, cluster.active, store, config.summary_window_s))
@@ -261,12 +270,15 @@ class _Clients:
         self.n = n
         self.trace = trace
         self.rng = rng
+        self._seconds = np.asarray(trace.seconds)
+        self._rps = np.asarray(trace.rps)
         self.in_flight = np.zeros(n, dtype=bool)
         self.next_send = self._after(np.zeros(n))
+        self._soonest = 0.0  # no idle client sends before this
+        self._asleep = bool(np.isinf(self.next_send).any())  # some wait for a nonzero rate
 
     def _rates(self, t: np.ndarray) -> np.ndarray:
-        seconds = np.asarray(self.trace.seconds)
-        rps = np.asarray(self.trace.rps)
+        seconds, rps = self._seconds, self._rps
         i = np.clip(np.searchsorted(seconds, t, side="right") - 1, 0, len(rps) - 1)
         return np.where((t >= seconds[0]) & (t < seconds[-1]), rps[i], 0.0)
 
@@ -276,11 +288,17 @@ class _Clients:
         return t + self.rng.exponential(1.0, len(t)) * mean
 
     def send(self, t: float, t_next: float, store: RequestStore) -> np.ndarray:
-        idle = np.flatnonzero(~self.in_flight & np.isinf(self.next_send))
-        if len(idle) and self.trace.rate_at(t) > 0:  # the trace woke up after a zero rate
+        if self._asleep and self.trace.rate_at(t) > 0:  # the trace woke up after a zero rate
+            idle = np.flatnonzero(~self.in_flight & np.isinf(self.next_send))
             self.next_send[idle] = self._after(np.full(len(idle), t))
+            self._asleep = False
+            self._soonest = t
+        if self._soonest >= t_next:
+            return np.zeros(0, dtype=np.int64)
         due = np.flatnonzero(~self.in_flight & (self.next_send < t_next))
         if len(due) == 0:
+            waiting = self.next_send[~self.in_flight]
+            self._soonest = float(waiting.min()) if len(waiting) else math.inf
             return np.zeros(0, dtype=np.int64)
         times = np.maximum(self.next_send[due], t)
         order = np.argsort(times, kind="stable")
@@ -290,4 +308,6 @@ class _Clients:
     def answered(self, done: np.ndarray, store: RequestStore) -> None:
         who = store.client[done]
         self.in_flight[who] = False
-        self.next_send[who] = self._after(store.end[done])
+        self.next_send[who] = when = self._after(store.end[done])
+        self._soonest = min(self._soonest, float(when.min()))
+        self._asleep = self._asleep or bool(np.isinf(when).any())

@@ -1,0 +1,145 @@
+"""`batchop simulate`: run a policy against a latency profile and a trace in the simulator."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+POLICY_NAMES = ("batchop", "nobatch", "static", "hpa", "aimd", "oracle")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help="simulate a policy on a latency profile and a load trace",
+        description="Discrete-event simulation of Triton's dynamic batcher and the cluster "
+        "around it (pods, Service, Prometheus scrapes, the controller) driven by a policy.",
+    )
+    p.add_argument("--profile", required=True, help="latency profile YAML")
+    p.add_argument("--trace", required=True, help="trace CSV (second,rps)")
+    p.add_argument("--slo-ms", type=float, required=True, help="p99 latency SLO (ms)")
+    p.add_argument("--policy", choices=POLICY_NAMES, default="batchop")
+    p.add_argument("--delay-us", type=int, default=500, help="starting (static: fixed) delay")
+    p.add_argument("--replicas", type=int, default=1, help="starting (static: fixed) replicas")
+    p.add_argument("--min-replicas", type=int, default=1)
+    p.add_argument("--max-replicas", type=int, default=8)
+    p.add_argument("--min-delay-us", type=int, default=0)
+    p.add_argument("--max-delay-us", type=int, default=20_000)
+    p.add_argument("--interval", type=float, default=30.0, help="controller interval (s)")
+    p.add_argument("--instances", type=int, default=1, help="model instances per replica")
+    p.add_argument("--clients", type=int, default=None, help="closed loop with N clients")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", required=True, help="write the result here ('-' for stdout)")
+    p.add_argument("--plot", default=None, help="write a PNG of load, p99, delay, replicas")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=run)
+
+
+def build_spec(args: argparse.Namespace, profile: Any) -> Any:
+    from batchop.tuning.types import TuningSpec
+
+    return TuningSpec(
+        slo_ms=args.slo_ms,
+        max_batch_size=profile.max_batch_size,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        min_delay_us=args.min_delay_us,
+        max_delay_us=args.max_delay_us,
+        start_delay_us=args.delay_us,
+        start_replicas=args.replicas,
+        interval_s=args.interval,
+        gpus_per_replica=profile.gpus_per_replica,
+        prior_batch_latency_ms=profile.batch_latency_ms,
+    )
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """The first rule the arguments break, or None."""
+    if args.slo_ms <= 0:
+        return "--slo-ms must be > 0"
+    if not 1 <= args.min_replicas <= args.max_replicas:
+        return "need 1 <= --min-replicas <= --max-replicas"
+    if not args.min_replicas <= args.replicas <= args.max_replicas:
+        return "--replicas must be within [--min-replicas, --max-replicas]"
+    if not 0 <= args.min_delay_us <= args.delay_us <= args.max_delay_us:
+        return "need 0 <= --min-delay-us <= --delay-us <= --max-delay-us"
+    if args.instances < 1:
+        return "--instances must be >= 1"
+    if args.clients is not None and args.clients < 1:
+        return "--clients must be >= 1"
+    if args.interval <= 0:
+        return "--interval must be > 0"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from batchop.sim.baselines import make_policy
+    from batchop.sim.engine import SimConfig, simulate
+    from batchop.sim.profile import ProfileError, load_profile
+    from batchop.sim.report import summarize
+    from batchop.sim.trace import TraceError, load_trace
+
+    problem = check_args(args)
+    if problem:
+        print(f"batchop simulate: {problem}", file=sys.stderr)
+        return 2
+    try:
+        profile = load_profile(args.profile)
+        trace = load_trace(args.trace)
+    except (ProfileError, TraceError) as exc:
+        print(f"batchop simulate: {exc}", file=sys.stderr)
+        return 2
+    spec = build_spec(args, profile)
+    policy = make_policy(args.policy, profile, trace, spec, args.delay_us, args.replicas)
+
+    def progress(frac: float) -> None:
+        print(f"\rsimulating {args.policy}: {frac:4.0%}", end="", file=sys.stderr, flush=True)
+
+    config = SimConfig(
+        seed=args.seed,
+        clients=args.clients,
+        instances=args.instances,
+        progress=None if args.quiet else progress,
+    )
+    result = summarize(simulate(profile, trace, spec, policy, config), args.slo_ms)
+    if not args.quiet:
+        print(file=sys.stderr)
+    text = json.dumps(result, indent=1, default=_jsonable)
+    if args.json == "-":
+        print(text)
+    else:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(text + "\n")
+    if args.plot:
+        from batchop.sim.plot import plot_timeline
+
+        plot_timeline(result, args.plot)
+    if not args.quiet:
+        keys = (
+            "requests",
+            "p50_ms",
+            "p99_ms",
+            "slo_attainment",
+            "window_attainment",
+            "gpu_seconds",
+            "gpu_busy_seconds",
+            "avg_batch_size",
+            "dropped",
+        )
+        print("  ".join(f"{k}={_short(result[k])}" for k in keys), file=sys.stderr)
+    return 0
+
+
+def _short(v: object) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _jsonable(v: object) -> object:
+    import numpy as np
+
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError(f"not JSON serialisable: {type(v).__name__}")
