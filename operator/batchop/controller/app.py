@@ -7,7 +7,7 @@ Choices made here, and why:
   peering would need its own CRD installed for nothing.
 - No finalizer: there is no deletion handler, timer or daemon (see handlers.py), so kopf adds
   none and a BatchedModel can be deleted while the operator is down.
-- CRD scanning only cluster-wide, so a namespaced install needs no cluster-wide rights.
+- CRD/namespace scanning only cluster-wide: a namespaced install needs no cluster rights.
 - Kubernetes Events are posted only when the handlers ask (kopf's own handler log lines
   would flood `kubectl describe` with "Handler succeeded"): posting level WARNING.
 """
@@ -42,8 +42,9 @@ def operator_settings(settings: Settings) -> Any:
     ops.watching.server_timeout = 300
     ops.watching.client_timeout = 330
     ops.networking.request_timeout = 60
-    # Watching listed namespaces runs with namespaced RBAC only: no cluster-wide CRD scanning
-    # (resources are resolved once at start; a PodMonitor CRD added later needs a restart).
+    # Namespaced: no cluster-wide listing of namespaces/CRDs (a namespaced install has only
+    # Roles); kinds resolve once at start. Cluster-wide, kopf watches CRDs so a PodMonitor CRD
+    # installed later is noticed; without rights on CRDs it warns and resolves only at start.
     ops.scanning.disabled = not settings.all_namespaces
     return ops
 
