@@ -49,6 +49,16 @@ def make_api_client(kubeconfig: str | None) -> Any:
     return kubernetes.client.ApiClient(config)
 
 
+def _status_error(status: int, data: bytes | None) -> APIError:
+    """The API server's Status message for a failed call."""
+    text = (data or b"").decode(errors="replace")
+    try:
+        message = json.loads(text).get("message") or text
+    except (ValueError, AttributeError):
+        message = text
+    return APIError(status, message or f"HTTP {status}")
+
+
 def _error(exc: Exception) -> APIError:
     status = int(getattr(exc, "status", 0) or 0)
     body = getattr(exc, "body", None)
@@ -76,24 +86,27 @@ class Cluster:
         body: Any = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            response = self.api.call_api(
-                path,
-                method,
+            method, url, headers, body, post = self.api.param_serialize(
+                method=method,
+                resource_path=path,
                 query_params=query or [],
                 header_params={"Content-Type": content_type, "Accept": "application/json"},
                 body=body,
                 auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
             )
-        except ApiException as exc:
-            raise _error(exc) from None
+            response = self.api.call_api(
+                method, url, header_params=headers, body=body, post_params=post, _request_timeout=60
+            )
+            data = response.read()
         except OSError as exc:  # connection refused/reset: the API server is away
             raise APIError(0, f"no answer from the API server: {exc}") from None
-        data = response.data if hasattr(response, "data") else response
+        except Exception as exc:  # urllib3 errors, the client's own ApiException
+            if type(exc).__module__.startswith(("urllib3", "kubernetes")):
+                raise _error(exc) from None
+            raise
+        if not 200 <= response.status <= 299:
+            raise _status_error(response.status, data)
         return json.loads(data) if data else {}
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
