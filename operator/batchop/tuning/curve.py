@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 # Each new observation has this weight; old weights decay by DECAY per update.
 DECAY = 0.9
-PRIOR_WEIGHT = 2.0  # pseudo-observations backing the profile's scale of 1.0
+PRIOR_WEIGHT = 2.0  # pseudo-observations backing the profile's scale of 1.0, fading
 MIN_SPAN = 2.0  # batch-size ratio the data must span before a line is fitted from it alone
 MIN_WEIGHT = 0.05  # buckets lighter than this are dropped
 DEFAULT_FIXED_FRACTION = 0.5
@@ -85,8 +85,9 @@ class Curve:
     @classmethod
     def line(cls, fixed_ms: float, per_sample_ms: float, max_batch: int, source: str) -> Curve:
         top = float(max(2, max_batch))
-        return cls(((1.0, fixed_ms + per_sample_ms), (top, fixed_ms + per_sample_ms * top)),
-                   1.0, source)
+        return cls(
+            ((1.0, fixed_ms + per_sample_ms), (top, fixed_ms + per_sample_ms * top)), 1.0, source
+        )
 
 
 def prior_curve(points: Sequence[tuple[float, float]]) -> Curve:
@@ -109,8 +110,10 @@ def estimate(
     live = [(b, y, w) for b, y, w in buckets if w >= MIN_WEIGHT]
     if prior:
         base = prior_curve(prior)
-        num = PRIOR_WEIGHT + sum(w * y / base(b) for b, y, w in live)
-        den = PRIOR_WEIGHT + sum(w for _, _, w in live)
+        seen = sum(w for _, _, w in live)
+        w_prior = PRIOR_WEIGHT / (1.0 + seen) ** 2  # the prior fades as data accumulates
+        num = w_prior + sum(w * y / base(b) for b, y, w in live)
+        den = w_prior + seen
         scale = min(5.0, max(0.2, num / den))
         return Curve(base.points, scale, "prior" if not live else "prior x observed")
     if not live:

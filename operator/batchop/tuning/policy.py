@@ -37,8 +37,27 @@ GPU_MIN_GAIN = 0.05  # GPU time per inference a delay change must save
 NEAR_BEST = 0.02  # delays within this of the best GPU time count as equal; take the smallest
 CORRECTION_ALPHA = 0.3  # EWMA weight of a new observed/predicted p99 ratio
 CORRECTION_BOUNDS = (0.8, 3.0)
-DELAY_GRID_US = (0, 100, 200, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 7000,
-                 10000, 15000, 20000, 30000, 50000, 100000)
+DELAY_GRID_US = (
+    0,
+    100,
+    200,
+    300,
+    500,
+    700,
+    1000,
+    1500,
+    2000,
+    3000,
+    4000,
+    5000,
+    7000,
+    10000,
+    15000,
+    20000,
+    30000,
+    50000,
+    100000,
+)
 
 
 @dataclass(frozen=True)
@@ -100,12 +119,23 @@ class _Model:
     def fits(self, rate: float, delays: tuple[int, ...]) -> bool:
         return any(self.p99(rate, d) <= self.target for d in delays)
 
-    def replicas_for(self, total_rps: float, lo: int, hi: int, delays: tuple[int, ...]) -> int:
-        """Fewest replicas in [lo, hi] that keep the margin; hi when none does."""
-        for n in range(max(1, lo), hi + 1):
-            if self.fits(total_rps / n, delays):
-                return n
-        return max(1, hi)
+    def replicas_for(self, total_rps: float, lo: int, hi: int, delay_us: int) -> int:
+        """Fewest replicas in [lo, hi] that keep the margin at `delay_us`; hi when none does.
+
+        Bisection: the predicted p99 falls as the rate per replica falls.
+        """
+        lo, hi = max(1, lo), max(1, hi)
+        if lo >= hi:
+            return lo
+        if not self.fits(total_rps / hi, (delay_us,)):
+            return hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.fits(total_rps / mid, (delay_us,)):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def best_delay(self, rate: float) -> int:
         """Least GPU time per inference within the margin; smallest among near-equals."""
@@ -146,8 +176,12 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         return _hold(obs, spec, state, f"holding: metrics missing ({', '.join(missing)})")
     stale_after = STALE_INTERVALS * spec.interval_s
     if obs.age_s > stale_after:
-        return _hold(obs, spec, state, f"holding: metrics stale ({obs.age_s:.0f} s old > "
-                                       f"{stale_after:.0f} s)")
+        return _hold(
+            obs,
+            spec,
+            state,
+            f"holding: metrics stale ({obs.age_s:.0f} s old > {stale_after:.0f} s)",
+        )
     assert obs.rps is not None and obs.p99_ms is not None  # for the type checker
     assert obs.avg_batch is not None and obs.compute_ms is not None
     t = obs.time_s
@@ -161,12 +195,19 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         buckets = curve_mod.update(buckets, obs.avg_batch, obs.compute_ms)
     latency = _latency(spec, buckets)
     if latency is None:  # no prior and nothing observed yet: wait for traffic
-        return _hold(obs, spec, replace(state, curve=buckets),
-                     "holding: no batch-latency data yet (no traffic and no profile)")
+        return _hold(
+            obs,
+            spec,
+            replace(state, curve=buckets),
+            "holding: no batch-latency data yet (no traffic and no profile)",
+        )
     correction = state.p99_correction
     settled_since = max(
-        (x for x in (state.last_scale_up_s, state.last_scale_down_s, state.last_delay_change_s)
-         if x is not None),
+        (
+            x
+            for x in (state.last_scale_up_s, state.last_scale_down_s, state.last_delay_change_s)
+            if x is not None
+        ),
         default=-math.inf,
     )
     settled = starting == 0 and t - settled_since >= 2 * spec.interval_s
@@ -180,8 +221,12 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
 
     # Demand: what was served plus how fast the backlog grew (served < arriving when overloaded).
     demand = rps
-    if (obs.pending is not None and state.last_pending is not None
-            and state.last_time_s is not None and t > state.last_time_s):
+    if (
+        obs.pending is not None
+        and state.last_pending is not None
+        and state.last_time_s is not None
+        and t > state.last_time_s
+    ):
         demand += max(0.0, (obs.pending - state.last_pending) / (t - state.last_time_s))
     plan_rps = demand * (1 + HEADROOM)
 
@@ -197,21 +242,34 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         if obs.schedulable_headroom is not None:
             hi = min(hi, max(cur_n, spec.min_replicas) + max(0, obs.schedulable_headroom))
         hi = max(hi, spec.min_replicas)
-        lat_delays = model.delays if spec.tune_delay else (obs.delay_us,)
-        need_up = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, lat_delays)
-        need_down = model.replicas_for(plan_rps * (1 + DOWN_HEADROOM), spec.min_replicas,
-                                       spec.max_replicas, lat_delays)
+        # Replicas are sized at the delay best for latency (the smallest one, when tuned).
+        lat_delay = spec.min_delay_us if spec.tune_delay else obs.delay_us
+        need_up = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, lat_delay)
+        need_down = model.replicas_for(
+            plan_rps * (1 + DOWN_HEADROOM), spec.min_replicas, spec.max_replicas, lat_delay
+        )
         rec = max(need_up, min(max(cur_n, spec.min_replicas), need_down))
-        why_r = (f"predicted p99 {_fmt_ms(model.p99(plan_rps / max(1, cur_n), obs.delay_us))} ms"
-                 f" vs target {_fmt_ms(model.target)} ms at {_fmt_rate(plan_rps)} rps "
-                 f"({_fmt_rate(demand)} + {HEADROOM:.0%})")
+        why_r = (
+            f"predicted p99 {_fmt_ms(model.p99(plan_rps / max(1, cur_n), obs.delay_us))} ms"
+            f" vs target {_fmt_ms(model.target)} ms at {_fmt_rate(plan_rps)} rps "
+            f"({_fmt_rate(demand)} + {HEADROOM:.0%})"
+        )
         # The observed p99 overrides the model when it breaks the SLO and nothing is pending.
         delay_explains = spec.tune_delay and obs.p99_ms - obs.delay_us / 1000.0 <= model.target
+        # When served traffic sits at capacity, demand is unknown (unless the queue's growth
+        # shows it): the model's count is then a floor, not an answer.
+        saturated = ready > 0 and not model.at(rps / ready, obs.delay_us).stable
         if (obs.p99_ms > spec.slo_ms and starting == 0 and rps > 0 and not delay_explains
-                and rec <= cur_n):
-            rec = max(rec, cur_n + max(1, math.ceil(cur_n * (obs.p99_ms / spec.slo_ms - 1))))
-            why_r = f"p99 {_fmt_ms(obs.p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms at " \
+                and (rec <= cur_n or (saturated and demand <= rps))):
+            # HPA-like: grow in proportion to the excess, at most doubling per tick.
+            factor = min(2.0, obs.p99_ms / spec.slo_ms)
+            forced = cur_n + max(1, math.ceil(cur_n * (factor - 1)))
+            if forced > rec:
+                rec = forced
+                why_r = (
+                    f"p99 {_fmt_ms(obs.p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms at "
                     f"{_fmt_rate(rps)} rps"
+                )
         rec = min(max(rec, spec.min_replicas), spec.max_replicas)
         if not recs:  # no history: the running count is the recommendation to wait out
             recs = ((t, cur_n),)
@@ -224,8 +282,10 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             window_max = max(n for _, n in recs)
             replicas = min(cur_n, max(rec, window_max))
             if rec < cur_n and replicas == cur_n:
-                notes.append(f"{rec} replicas would do; scale-down waits for the "
-                             f"{STABILISATION_S:.0f} s window")
+                notes.append(
+                    f"{rec} replicas would do; scale-down waits for the "
+                    f"{STABILISATION_S:.0f} s window"
+                )
         replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
         if obs.schedulable_headroom is not None and replicas > cur_n:
             replicas = min(replicas, cur_n + max(0, obs.schedulable_headroom))
@@ -233,12 +293,15 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             kind_r = "scale-up"
         elif replicas < cur_n:
             kind_r = "scale-down"
-            why_r = (f"load {_fmt_rate(rps)} rps fits {replicas} replicas (predicted p99 "
-                     f"{_fmt_ms(model.p99(plan_rps / replicas, obs.delay_us))} ms, target "
-                     f"{_fmt_ms(model.target)} ms), the most recommended in the last "
-                     f"{STABILISATION_S:.0f} s")
-        if need_up >= spec.max_replicas and not model.fits(plan_rps / spec.max_replicas,
-                                                           lat_delays):
+            why_r = (
+                f"load {_fmt_rate(rps)} rps fits {replicas} replicas (predicted p99 "
+                f"{_fmt_ms(model.p99(plan_rps / replicas, obs.delay_us))} ms, target "
+                f"{_fmt_ms(model.target)} ms), the most recommended in the last "
+                f"{STABILISATION_S:.0f} s"
+            )
+        if need_up >= spec.max_replicas and not model.fits(
+            plan_rps / spec.max_replicas, (lat_delay,)
+        ):
             notes.append(f"SLO margin not reachable within maxReplicas {spec.max_replicas}")
 
     # 4. Delay, for the replicas that will serve (the fewer of ready and desired).
@@ -257,7 +320,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         cur_late = _p99(cur_p, correction) > model.target or obs.p99_ms > spec.slo_ms
         lat_gain = _p99(new_p, correction) < _p99(cur_p, correction) * 0.9
         worth = rel >= DELAY_MIN_CHANGE and (
-            gpu_gain >= GPU_MIN_GAIN or (new_d < cur_d and (cur_late or lat_gain)))
+            gpu_gain >= GPU_MIN_GAIN or (new_d < cur_d and (cur_late or lat_gain))
+        )
         delay = new_d if worth or (cur_late and new_d < cur_d) else cur_d
         if delay > obs.delay_us:
             kind_d = "delay-up"
@@ -266,11 +330,13 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         if kind_d:
             p_old = model.at(rate, obs.delay_us)
             p_new = model.at(rate, delay)
-            why_d = (f"delay {obs.delay_us:,} → {delay:,} us: batch {p_old.avg_batch:.1f} → "
-                     f"{p_new.avg_batch:.1f}, GPU ms/inference "
-                     f"{p_old.gpu_ms_per_inference:.2f} → {p_new.gpu_ms_per_inference:.2f}, "
-                     f"predicted p99 {_fmt_ms(_p99(p_new, correction))} ms "
-                     f"(target {_fmt_ms(model.target)} ms)")
+            why_d = (
+                f"delay {obs.delay_us:,} → {delay:,} us: batch {p_old.avg_batch:.1f} → "
+                f"{p_new.avg_batch:.1f}, GPU ms/inference "
+                f"{p_old.gpu_ms_per_inference:.2f} → {p_new.gpu_ms_per_inference:.2f}, "
+                f"predicted p99 {_fmt_ms(_p99(p_new, correction))} ms "
+                f"(target {_fmt_ms(model.target)} ms)"
+            )
 
     final = model.at(plan_rps / max(1, replicas), delay)
     new_state = replace(
@@ -293,11 +359,18 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         parts.append(
             f"steady: p99 {_fmt_ms(obs.p99_ms)} ms (SLO {_fmt_ms(spec.slo_ms)} ms) at "
             f"{_fmt_rate(rps)} rps on {cur_n} replicas, delay {obs.delay_us:,} us, "
-            f"batch {obs.avg_batch:.1f}")
+            f"batch {obs.avg_batch:.1f}"
+        )
     reason = "; ".join(parts + notes)
     kind = "+".join(k for k in (kind_r, kind_d) if k) or "hold"
-    return Decision(replicas=replicas, delay_us=delay, reason=reason, state=new_state,
-                    kind=kind, predicted_p99_ms=_p99(final, correction))
+    return Decision(
+        replicas=replicas,
+        delay_us=delay,
+        reason=reason,
+        state=new_state,
+        kind=kind,
+        predicted_p99_ms=_p99(final, correction),
+    )
 
 
 def recommend(latency: LatencyCurve, rps: float, spec: TuningSpec) -> Plan:
@@ -306,7 +379,7 @@ def recommend(latency: LatencyCurve, rps: float, spec: TuningSpec) -> Plan:
         raise ValueError(f"rps must be >= 0, got {rps}")
     model = _Model(spec, latency, 1.0)
     plan_rps = rps * (1 + HEADROOM)
-    n = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, model.delays)
+    n = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, spec.min_delay_us)
     rate = plan_rps / n
     delay = model.best_delay(rate)
     served = model.at(rps / n, delay)

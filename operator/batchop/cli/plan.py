@@ -1,0 +1,99 @@
+"""`batchop plan`: the delay and replicas to start a model with, from its latency profile."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="recommend the starting delay and replicas for a rate and an SLO",
+        description="Predict, with the policy's queueing model and a latency profile, the "
+        "fewest replicas and the delay that keep p99 within the SLO margin at a steady rate.",
+    )
+    p.add_argument("--profile", required=True, help="latency profile YAML")
+    p.add_argument("--rps", required=True, type=float, help="steady request rate (req/s)")
+    p.add_argument("--slo-ms", required=True, type=float, help="p99 latency SLO (ms)")
+    p.add_argument("--min-replicas", type=int, default=1)
+    p.add_argument("--max-replicas", type=int, default=8)
+    p.add_argument("--min-delay-us", type=int, default=0)
+    p.add_argument("--max-delay-us", type=int, default=20_000)
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if args.rps < 0:
+        return f"--rps must be >= 0, got {args.rps:g}"
+    if args.slo_ms <= 0:
+        return f"--slo-ms must be > 0, got {args.slo_ms:g}"
+    if not 1 <= args.min_replicas <= args.max_replicas:
+        return (
+            f"need 1 <= --min-replicas <= --max-replicas, got {args.min_replicas} and "
+            f"{args.max_replicas}"
+        )
+    if not 0 <= args.min_delay_us <= args.max_delay_us:
+        return (
+            f"need 0 <= --min-delay-us <= --max-delay-us, got {args.min_delay_us} and "
+            f"{args.max_delay_us}"
+        )
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from batchop.sim.profile import ProfileError, load_profile
+    from batchop.tuning.curve import prior_curve
+    from batchop.tuning.policy import recommend
+    from batchop.tuning.types import TuningSpec
+
+    problem = _check(args)
+    if problem:
+        print(f"batchop plan: {problem}", file=sys.stderr)
+        return 2
+    try:
+        profile = load_profile(args.profile)
+    except ProfileError as exc:
+        print(f"batchop plan: {exc}", file=sys.stderr)
+        return 2
+    spec = TuningSpec(
+        slo_ms=args.slo_ms,
+        max_batch_size=profile.max_batch_size,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        min_delay_us=args.min_delay_us,
+        max_delay_us=args.max_delay_us,
+        gpus_per_replica=profile.gpus_per_replica,
+        prior_batch_latency_ms=profile.batch_latency_ms,
+    )
+    plan = recommend(prior_curve(profile.batch_latency_ms), args.rps, spec)
+    if args.json:
+        print(json.dumps({"profile": profile.name, **asdict(plan)}, indent=2))
+        return 0 if plan.feasible else 1
+    gpus = plan.replicas * spec.gpus_per_replica
+    print(
+        f"profile {profile.name}: {args.rps:,.0f} req/s, p99 SLO {args.slo_ms:g} ms "
+        f"(planning for p99 <= {plan.target_ms:g} ms)"
+    )
+    print(f"  replicas            {plan.replicas} ({gpus} GPU{'s' if gpus != 1 else ''})")
+    print(f"  max queue delay     {plan.delay_us:,} us")
+    print(f"  predicted p99       {plan.predicted_p99_ms:.1f} ms")
+    print(f"  average batch       {plan.avg_batch:.1f}")
+    print(
+        f"  GPU busy            {plan.busy:.0%} per replica, "
+        f"{plan.gpu_ms_per_inference:.3f} GPU ms per inference"
+    )
+    print(
+        f"  throughput per GPU  {plan.rps_per_gpu:,.0f} req/s served; "
+        f"{plan.capacity_rps_per_replica:,.0f} req/s per replica at the SLO margin"
+    )
+    if not plan.feasible:
+        print(
+            f"  WARNING: even {plan.replicas} replicas miss the margin; raise --max-replicas "
+            "or the SLO"
+        )
+        return 1
+    return 0
