@@ -192,6 +192,8 @@ def test_rbac_grants_only_what_batchop_uses(helm: str, name: str) -> None:
         ("monitoring.coreos.com", "podmonitors"), ("", "pods"), ("", "events"),
         ("events.k8s.io", "events"),
     }
+    if name == "defaults":  # cluster-wide: kopf's CRD scanning, read-only
+        allowed.add(("apiextensions.k8s.io", "customresourcedefinitions"))
     write = {"create", "update", "patch", "delete", "deletecollection"}
     for rule in rules:
         words = [*rule["apiGroups"], *rule["resources"], *rule["verbs"]]
@@ -207,6 +209,10 @@ def test_rbac_grants_only_what_batchop_uses(helm: str, name: str) -> None:
             assert not set(rule["verbs"]) & {"create", "delete", "update"}
         if rule["resources"] == ["events"]:
             assert set(rule["verbs"]) <= {"create", "patch"}
+        if rule["resources"] == ["customresourcedefinitions"]:
+            assert not set(rule["verbs"]) & write
+        if rule["resources"] == ["batchedmodels/status"]:
+            assert rule["verbs"] == ["patch"]
 
 
 def test_watch_namespaces_gives_roles_there_and_nothing_cluster_wide(helm: str) -> None:

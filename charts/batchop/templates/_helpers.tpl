@@ -48,9 +48,10 @@ app.kubernetes.io/part-of: batchop
 {{- end }}
 
 {{/*
-The rules batchop needs in each namespace it manages: its own resource (read, finalizers and
-kopf's bookkeeping via patch, status), the children it server-side-applies, the pods whose
-delay annotation it patches, and events. Nothing else: no secrets, no configmaps, no wildcards.
+The rules batchop needs in each namespace it manages (docs/helm.md derives each one from the
+operator's code): its own resource (read; patch for kopf's annotations; status), the
+children it server-side-applies, lists, restores and prunes, the pods it watches and whose
+delay annotation it patches, and events. No secrets, no configmaps, no wildcards.
 */}}
 {{- define "batchop.rules" -}}
 - apiGroups: ["batchop.io"]
@@ -58,13 +59,13 @@ delay annotation it patches, and events. Nothing else: no secrets, no configmaps
   verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["batchop.io"]
   resources: ["batchedmodels/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
@@ -82,4 +83,14 @@ delay annotation it patches, and events. Nothing else: no secrets, no configmaps
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+Cluster-wide only: kopf watches CRDs to notice kinds installed after it started (e.g. the
+PodMonitor CRD). Read-only. A namespaced install does without (scanning is off there).
+*/}}
+{{- define "batchop.clusterRules" -}}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["get", "list", "watch"]
 {{- end }}
