@@ -20,6 +20,7 @@ from batchop.controller.reconcile import (
     owner_reference,
     resource_path,
     stale_children,
+    tuned_replicas,
 )
 from batchop.controller.settings import Settings
 
@@ -190,3 +191,17 @@ def test_child_actions() -> None:
     monitor = desired_children(stored_bm(), Settings())[3]
     assert child_action("ADDED", live_copy(monitor), desired, UID) == "delete"
     assert child_action("DELETED", live_copy(monitor), desired, UID) == "none"
+
+
+def test_tuned_replicas_come_from_the_last_decision_within_bounds() -> None:
+    bm = stored_bm(scaling={"replicas": 1, "minReplicas": 1, "maxReplicas": 4})
+    deployment = desired_children(bm, Settings())[0]
+    assert deployment["spec"]["replicas"] == 1
+    bm["status"] = {"lastDecision": {"replicas": 3, "reason": "p99 over SLO"}}
+    assert tuned_replicas(bm) == 3
+    assert desired_children(bm, Settings())[0]["spec"]["replicas"] == 3
+    bm["status"]["lastDecision"]["replicas"] = 9
+    assert tuned_replicas(bm) == 4
+    bm["spec"]["autotune"]["replicas"] = False  # HPA/KEDA or the user own the count
+    assert tuned_replicas(bm) is None
+    assert desired_children(bm, Settings())[0]["spec"]["replicas"] == 1

@@ -101,8 +101,29 @@ def desired_children(bm: Mapping[str, Any], settings: Any) -> list[dict[str, Any
     from batchop.render import render_children
 
     model = parse_batched_model(_manifest(bm))
-    children = render_children(model, render_options(settings))
+    children = render_children(model, render_options(settings), tuned_replicas(bm))
     return [owned(child, bm) for child in children]
+
+
+def tuned_replicas(bm: Mapping[str, Any]) -> int | None:
+    """The replica count the tuner decided, when it decides replicas; None: the spec's count.
+
+    With `autotune.replicas` on, the tuner records its decision in
+    `status.lastDecision.replicas` first and the reconciler renders the Deployment from it
+    (clamped to the spec's bounds), so a reconcile, a drift repair or an operator restart
+    never undoes a scaling decision, and a decision recorded just before a crash is applied
+    after it. With it off, `spec.scaling.replicas` (the scale subresource, HPA/KEDA) rules.
+    """
+    spec = bm.get("spec") or {}
+    if not (spec.get("autotune") or {}).get("replicas", True):
+        return None
+    decided = ((bm.get("status") or {}).get("lastDecision") or {}).get("replicas")
+    if not isinstance(decided, int) or isinstance(decided, bool):
+        return None
+    scaling = spec.get("scaling") or {}
+    low = int(scaling.get("minReplicas", 1))
+    high = int(scaling.get("maxReplicas", max(decided, low)))
+    return max(low, min(high, decided))
 
 
 def render_options(settings: Any) -> Any:
