@@ -1,0 +1,36 @@
+"""The BatchedModel → TuningSpec mapping hands the policy the spec's own bounds."""
+
+from __future__ import annotations
+
+from bm_samples import minimal
+
+from batchop.api.models import parse_batched_model
+from batchop.api.tuning_spec import tuning_spec
+
+
+def test_bounds_and_targets_come_from_the_spec() -> None:
+    manifest = minimal(
+        model={"name": "m", "repository": "/m", "maxBatchSize": 32, "preferredBatchSizes": [16, 8]},
+        server={"gpus": 2},
+        scaling={"replicas": 3, "minReplicas": 2, "maxReplicas": 6},
+        batching={
+            "maxQueueDelayMicroseconds": 700,
+            "minQueueDelayMicroseconds": 100,
+            "maxQueueDelayLimitMicroseconds": 9000,
+        },
+        slo={"p99LatencyMilliseconds": 25},
+        autotune={"queueDelay": False, "intervalSeconds": 15},
+    )
+    spec = tuning_spec(parse_batched_model(manifest), prior_batch_latency_ms=((1, 2.0),))
+    assert (spec.slo_ms, spec.max_batch_size) == (25.0, 32)
+    assert (spec.min_replicas, spec.start_replicas, spec.max_replicas) == (2, 3, 6)
+    assert (spec.min_delay_us, spec.start_delay_us, spec.max_delay_us) == (100, 700, 9000)
+    assert spec.preferred_batch_sizes == (8, 16)
+    assert (spec.tune_delay, spec.tune_replicas, spec.interval_s) == (False, True, 15.0)
+    assert spec.gpus_per_replica == 2
+    assert spec.prior_batch_latency_ms == ((1, 2.0),)
+
+
+def test_cpu_model_counts_one_unit_per_replica() -> None:
+    spec = tuning_spec(parse_batched_model(minimal(server={"gpus": 0})))
+    assert spec.gpus_per_replica == 1
