@@ -236,6 +236,7 @@ async def run_load(
     clients: dict[str, Any] = {}
     current: list[Target] = []
     pending: set[asyncio.Task[None]] = set()
+    cpu0 = time.process_time()
     rr = 0
     loop_t0 = time.perf_counter()
 
@@ -312,6 +313,7 @@ async def run_load(
         if refresher.done():
             refresher.result()
         loop_t0 = time.perf_counter()
+        cpu0 = time.process_time()
         for i, at in enumerate(schedule):
             delay = at - now()
             if delay > 0.0005:
@@ -340,6 +342,9 @@ async def run_load(
     lag = sent - np.array(rec.scheduled) if len(sent) else np.zeros(1)
     report["offered_rps"] = round(len(schedule) / trace.end, 2) if trace.end > 0 else 0.0
     report["send_lag_p99_ms"] = round(float(np.percentile(lag, 99)) * 1000, 3)
+    # the generator's own CPU per request: its capacity on a free core is 1 / this
+    cpu = time.process_time() - cpu0
+    report["client_cpu_ms_per_request"] = round(1000 * cpu / len(sent), 3) if len(sent) else None
     report["errors"] = dict(rec.errors.most_common(20))
     report["targets"] = sorted(set(rec.target) - {""})
     if keep_records:

@@ -1,0 +1,95 @@
+"""Real Triton vs the simulator at the same settings: one point = (rate, delay), open loop.
+
+The real side is a tritonserver running the synthetic model under `batchop load`'s Poisson
+generator: client-side p50/p99 from the generator, average batch and server-side mean latency
+from Triton's own counters. The predicted side is batchop.sim with the same profile, rate,
+delay and one replica (a static policy), over a longer run so its figures are not noisy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from batchop.local.load import StaticTargets, run_load
+from batchop.local.triton.metrics import scrape
+from batchop.local.triton.process import TritonProcess
+from batchop.sim.profile import Profile
+from batchop.sim.trace import constant_trace
+
+
+@dataclass(frozen=True)
+class CalibrationPoint:
+    rps: float
+    delay_us: int
+    requests: int
+    failed: int
+    real_p50_ms: float
+    real_p99_ms: float
+    real_avg_batch: float
+    real_server_mean_ms: float  # Triton's request_duration / success (queue + compute)
+    real_compute_ms: float  # per execution, as Triton measures it around execute()
+    send_lag_p99_ms: float  # how late the generator sent: CPU contention on this machine
+    sim_p50_ms: float
+    sim_p99_ms: float
+    sim_avg_batch: float
+    sim_mean_ms: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def predict(profile: Profile, rps: float, delay_us: int, seconds: float = 120.0,
+            seed: int = 0) -> dict[str, Any]:
+    """The simulator's summary for one replica at a fixed rate and delay."""
+    from batchop.sim.baselines import make_policy
+    from batchop.sim.engine import SimConfig, simulate
+    from batchop.sim.report import summarize
+    from batchop.tuning.types import TuningSpec
+
+    trace = constant_trace(rps, seconds)
+    spec = TuningSpec(
+        slo_ms=1000.0, max_batch_size=profile.max_batch_size, start_delay_us=delay_us,
+        start_replicas=1, min_replicas=1, max_replicas=1, tune_delay=False,
+        tune_replicas=False,
+    )
+    policy = make_policy("static", profile, trace, spec, delay_us, 1)
+    return summarize(simulate(profile, trace, spec, policy, SimConfig(seed=seed)), 1000.0)
+
+
+async def measure(
+    triton: TritonProcess, model: str, profile: Profile, rps: float, delay_us: int,
+    seconds: float = 8.0, seed: int = 0,
+) -> CalibrationPoint:
+    """Set the delay live, run the load, and pair the result with the simulator's."""
+    from batchop.act.triton_reload import set_queue_delay
+
+    await set_queue_delay(triton.url, model, delay_us)
+    before = scrape(triton.metrics_url, model)
+    report = await run_load(
+        constant_trace(rps, seconds), StaticTargets([triton.url], model), seed=seed,
+        keep_records=False,
+    )
+    gained = scrape(triton.metrics_url, model) - before
+    sim = predict(profile, rps, delay_us, seed=seed)
+    return CalibrationPoint(
+        rps=rps,
+        delay_us=delay_us,
+        requests=report["requests"],
+        failed=report["failed"],
+        real_p50_ms=report["p50_ms"] or 0.0,
+        real_p99_ms=report["p99_ms"] or 0.0,
+        real_avg_batch=gained.avg_batch,
+        real_server_mean_ms=gained.per_request_ms("nv_inference_request_duration_us"),
+        real_compute_ms=gained.per_request_ms("nv_inference_compute_infer_duration_us"),
+        send_lag_p99_ms=report["send_lag_p99_ms"],
+        sim_p50_ms=sim["p50_ms"],
+        sim_p99_ms=sim["p99_ms"],
+        sim_avg_batch=sim["avg_batch_size"],
+        sim_mean_ms=sim["mean_ms"],
+    )
+
+
+def measure_sync(*args: Any, **kwargs: Any) -> CalibrationPoint:
+    return asyncio.run(measure(*args, **kwargs))
