@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from threading import Thread
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -161,10 +162,10 @@ class OperatorMetrics:
         namespace: str,
         name: str,
         *,
-        applied_delay_us: int | None = None,
-        desired_delay_us: int | None = None,
-        desired_replicas: int | None = None,
-        ready_replicas: int | None = None,
+        applied_delay_us: float | None = None,
+        desired_delay_us: float | None = None,
+        desired_replicas: float | None = None,
+        ready_replicas: float | None = None,
         slo_ms: float | None = None,
     ) -> None:
         """Set the per-BatchedModel gauges that are given; `None` leaves one as it was."""
@@ -178,6 +179,44 @@ class OperatorMetrics:
         for gauge, value in values:
             if value is not None:
                 gauge.labels(namespace, name).set(value)
+
+    def observe_model(self, bm: Mapping[str, Any]) -> None:
+        """Set every per-model gauge from a BatchedModel object (spec and status).
+
+        The one call the controller makes after it reads or writes a BatchedModel: desired
+        replicas are spec.scaling.replicas (the scale subresource's path), ready replicas
+        and the applied delay come from status, the desired delay from the last decision
+        (else the spec's start value), and each status condition becomes `batchop_condition`.
+        """
+        meta = bm.get("metadata") or {}
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        spec = bm.get("spec") or {}
+        status = bm.get("status") or {}
+        decision = status.get("lastDecision") or {}
+
+        def number(*path: str, where: Mapping[str, Any] = spec) -> float | None:
+            cur: Any = where
+            for key in path:
+                cur = cur.get(key) if isinstance(cur, Mapping) else None
+            if isinstance(cur, bool) or not isinstance(cur, int | float):
+                return None
+            return float(cur)
+
+        desired_delay = number("maxQueueDelayMicroseconds", where=decision)
+        if desired_delay is None:
+            desired_delay = number("batching", "maxQueueDelayMicroseconds")
+        self.set_state(
+            namespace,
+            name,
+            applied_delay_us=number("maxQueueDelayMicroseconds", where=status),
+            desired_delay_us=desired_delay,
+            desired_replicas=number("scaling", "replicas"),
+            ready_replicas=number("readyReplicas", where=status),
+            slo_ms=number("slo", "p99LatencyMilliseconds"),
+        )
+        for cond in status.get("conditions") or []:
+            if cond.get("type") and cond.get("status") in ("True", "False"):
+                self.set_condition(namespace, name, str(cond["type"]), cond["status"] == "True")
 
     def set_condition(self, namespace: str, name: str, type_: str, status: bool) -> None:
         """Mirror a status condition (Ready, SLOMet, CapacityLimited, ...) for alerting."""
@@ -250,10 +289,10 @@ def set_state(
     namespace: str,
     name: str,
     *,
-    applied_delay_us: int | None = None,
-    desired_delay_us: int | None = None,
-    desired_replicas: int | None = None,
-    ready_replicas: int | None = None,
+    applied_delay_us: float | None = None,
+    desired_delay_us: float | None = None,
+    desired_replicas: float | None = None,
+    ready_replicas: float | None = None,
     slo_ms: float | None = None,
 ) -> None:
     METRICS.set_state(
@@ -265,6 +304,10 @@ def set_state(
         ready_replicas=ready_replicas,
         slo_ms=slo_ms,
     )
+
+
+def observe_model(bm: Mapping[str, Any]) -> None:
+    METRICS.observe_model(bm)
 
 
 def set_condition(namespace: str, name: str, type_: str, status: bool) -> None:

@@ -99,3 +99,44 @@ def test_reason_label_is_bounded_and_never_empty() -> None:
     assert len(reason_label("word " * 100)) <= 80
     assert reason_label("   ") == "unspecified"
     assert reason_label("slo met") != reason_label("capacity limited")
+
+
+def test_observe_model_sets_gauges_from_spec_and_status() -> None:
+    m = OperatorMetrics(process_collectors=False)
+    bm_obj = {
+        "metadata": {"namespace": "ml", "name": "resnet"},
+        "spec": {
+            "scaling": {"replicas": 3},
+            "batching": {"maxQueueDelayMicroseconds": 500},
+            "slo": {"p99LatencyMilliseconds": 40},
+        },
+        "status": {
+            "readyReplicas": 2,
+            "maxQueueDelayMicroseconds": 700,
+            "lastDecision": {"maxQueueDelayMicroseconds": 900, "replicas": 3},
+            "conditions": [
+                {"type": "SLOMet", "status": "True"},
+                {"type": "CapacityLimited", "status": "False"},
+                {"type": "MetricsAvailable", "status": "Unknown"},
+            ],
+        },
+    }
+    m.observe_model(bm_obj)
+    samples = scrape(m)
+    assert samples[("batchop_desired_replicas", bm())] == 3
+    assert samples[("batchop_ready_replicas", bm())] == 2
+    assert samples[("batchop_applied_queue_delay_microseconds", bm())] == 700
+    assert samples[("batchop_desired_queue_delay_microseconds", bm())] == 900
+    assert samples[("batchop_slo_p99_milliseconds", bm())] == 40
+    assert samples[("batchop_condition", bm(type="SLOMet"))] == 1
+    assert samples[("batchop_condition", bm(type="CapacityLimited"))] == 0
+    assert ("batchop_condition", bm(type="MetricsAvailable")) not in samples
+
+
+def test_observe_model_without_status_uses_the_spec_and_skips_the_rest() -> None:
+    m = OperatorMetrics(process_collectors=False)
+    m.observe_model({"metadata": {"namespace": "ml", "name": "resnet"},
+                     "spec": {"batching": {"maxQueueDelayMicroseconds": 250}}})
+    samples = scrape(m)
+    assert samples[("batchop_desired_queue_delay_microseconds", bm())] == 250
+    assert ("batchop_ready_replicas", bm()) not in samples
