@@ -253,7 +253,9 @@ def status_patch(pod: Pod, container: str, state: ContainerState) -> dict[str, A
     statuses = [dict(s) for s in status.get("containerStatuses") or []]
     current = next((s for s in statuses if s.get("name") == container), None)
     if current is None:
-        current = {"name": container, "image": "", "imageID": "", "containerID": ""}
+        image = next((c.get("image", "") for c in pod.get("spec", {}).get("containers") or []
+                      if c.get("name") == container), "")
+        current = {"name": container, "image": image, "imageID": ""}
         statuses.append(current)
     wanted: dict[str, Any] = {
         "ready": state.ready,

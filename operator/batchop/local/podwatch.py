@@ -98,8 +98,9 @@ class PodWatch:
                 resource_version=resource_version,
                 timeout_seconds=self.watch_timeout_s,
                 allow_watch_bookmarks=True,
+                deserialize=False,  # plain dicts: no model objects to build per event
             ):
-                kind, obj = event["type"], event["raw_object"]
+                kind, obj = event["type"], event["object"]
                 if kind == "ERROR":
                     raise RuntimeError(f"watch error: {obj}")
                 resource_version = obj.get("metadata", {}).get("resourceVersion", resource_version)
