@@ -24,7 +24,7 @@ import numpy as np
 
 # Highest offered rate at which the generator itself keeps up on two shared cores with
 # client latencies within ~1 ms of the server's (measured; see docs/triton.md).
-SUSTAINED_RPS = 600.0
+SUSTAINED_RPS = 500.0
 
 
 class LoadError(ValueError):
