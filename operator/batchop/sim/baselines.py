@@ -63,12 +63,12 @@ def static_policy(delay_us: int, replicas: int) -> Callable[..., Decision]:
 
 
 def hpa_replicas(
-    obs: Observation, spec: TuningSpec, state: TuningState
+    obs: Observation, spec: TuningSpec, state: TuningState, extra_target_ms: float = 0.0
 ) -> tuple[int, str, TuningState]:
     """One HPA sync: desired = ceil(ready * metric / target) outside a 10% tolerance, scale-up
     limited to max(2x, +4) per sync, scale-down to the highest recommendation of the last 5
     minutes. Holds when the metric is missing."""
-    target = HPA_QUEUE_TARGET_FRACTION * spec.slo_ms
+    target = HPA_QUEUE_TARGET_FRACTION * spec.slo_ms + extra_target_ms
     current = obs.replicas
     if obs.queue_ms is None or obs.rps is None:
         return current, "hpa: queue-time metric missing, hold", state
@@ -99,7 +99,8 @@ def hpa_decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decisi
 
 
 def aimd_decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
-    replicas, why, state = hpa_replicas(obs, spec, state)
+    # The delay is a wait AIMD chose; its HPA's queue-time target allows for it.
+    replicas, why, state = hpa_replicas(obs, spec, state, obs.delay_us / 1000.0)
     delay = obs.delay_us
     if obs.p99_ms is not None:
         if obs.p99_ms > spec.slo_ms:

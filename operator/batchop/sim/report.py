@@ -16,19 +16,18 @@ from batchop.sim.scrape import nearest_rank
 
 
 def _group_quantile(keys: np.ndarray, values: np.ndarray, q: float, n_groups: int) -> np.ndarray:
-    """Nearest-rank quantile of `values` per integer key in [0, n_groups); NaN when empty."""
+    """Nearest-rank quantile of `values` per integer key in [0, n_groups); NaN when empty.
+    Keys come from sorted arrival times, so groups are usually contiguous slices already."""
     out = np.full(n_groups, np.nan)
     if len(keys) == 0:
         return out
-    order = np.lexsort((values, keys))
-    k_sorted = keys[order]
-    v_sorted = values[order]
-    counts = np.bincount(keys, minlength=n_groups)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    has = counts > 0
-    rank = np.maximum(np.ceil(q * counts[has]).astype(np.int64) - 1, 0)
-    out[has] = v_sorted[starts[has] + rank]
-    del k_sorted
+    if np.any(keys[1:] < keys[:-1]):
+        order = np.argsort(keys, kind="stable")
+        keys, values = keys[order], values[order]
+    bounds = np.searchsorted(keys, np.arange(n_groups + 1))
+    for g in range(n_groups):
+        if bounds[g + 1] > bounds[g]:
+            out[g] = nearest_rank(values[bounds[g] : bounds[g + 1]], q)
     return out
 
 
