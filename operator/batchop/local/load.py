@@ -318,6 +318,8 @@ async def run_load(
             delay = at - now()
             if delay > 0.0005:
                 await asyncio.sleep(delay)
+            if refresher.done():  # a LoadError (non-loopback pod) ends the run
+                refresher.result()
             target = current[rr % len(current)] if current else None
             rr += 1
             task = asyncio.create_task(send(float(at), target, i % _POOL))
