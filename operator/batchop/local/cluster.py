@@ -125,8 +125,9 @@ def summarize_nodes(node_items: list[dict], pod_items: list[dict]) -> list[NodeS
                 name=name,
                 ready=ready,
                 pod_cidr=item.get("spec", {}).get("podCIDR", ""),
-                gpus=gpu_count(item.get("status", {}).get("allocatable", {}).get(
-                    nodes.GPU_RESOURCE)),
+                gpus=gpu_count(
+                    item.get("status", {}).get("allocatable", {}).get(nodes.GPU_RESOURCE)
+                ),
                 gpus_requested=requested.get(name, 0),
             )
         )
@@ -182,12 +183,16 @@ class LocalCluster:
         env["PATH"] = f"{kubectl.parent}{os.pathsep}{env.get('PATH', '')}"
         return env
 
-    def _kwokctl(self, args: Sequence[str], binaries: build.Binaries, timeout: float = 300
-                 ) -> subprocess.CompletedProcess[str]:
+    def _kwokctl(
+        self, args: Sequence[str], binaries: build.Binaries, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
         command = [str(binaries.kwokctl), "--name", self.name, *args]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         result = subprocess.run(
-            command, env=self._kwokctl_env(find_kubectl()), capture_output=True, text=True,
+            command,
+            env=self._kwokctl_env(find_kubectl()),
+            capture_output=True,
+            text=True,
             timeout=timeout,
         )
         with open(self.log_path, "a") as log:
@@ -235,23 +240,34 @@ class LocalCluster:
                 )
             self.down()
         if self.port is not None and not port_free(self.port):
-            raise PortInUse(f"port {self.port} on 127.0.0.1 is in use; pick another --port "
-                            "or leave it out to let kwokctl choose a free one")
+            raise PortInUse(
+                f"port {self.port} on 127.0.0.1 is in use; pick another --port "
+                "or leave it out to let kwokctl choose a free one"
+            )
         manifest = nodes.node_list(self.node_count, self.gpus_per_node, self.cpu, self.memory)
         binaries = build.ensure_binaries(self._say)
         started = time.monotonic()
         self._say(f"starting cluster {self.name!r} (kwokctl --runtime binary)")
         args = [
-            "create", "cluster",
-            "--runtime", "binary",
-            "--kube-apiserver-binary", str(binaries.kube_apiserver),
-            "--kube-controller-manager-binary", str(binaries.kube_controller_manager),
-            "--kube-scheduler-binary", str(binaries.kube_scheduler),
-            "--etcd-binary", str(binaries.etcd),
-            "--kwok-controller-binary", str(binaries.kwok),
+            "create",
+            "cluster",
+            "--runtime",
+            "binary",
+            "--kube-apiserver-binary",
+            str(binaries.kube_apiserver),
+            "--kube-controller-manager-binary",
+            str(binaries.kube_controller_manager),
+            "--kube-scheduler-binary",
+            str(binaries.kube_scheduler),
+            "--etcd-binary",
+            str(binaries.etcd),
+            "--kwok-controller-binary",
+            str(binaries.kwok),
             "--kube-authorization=true",
-            "--kubeconfig", "",  # leave ~/.kube/config alone; ours is self.kubeconfig
-            "--wait", f"{int(timeout_s)}s",
+            "--kubeconfig",
+            "",  # leave ~/.kube/config alone; ours is self.kubeconfig
+            "--wait",
+            f"{int(timeout_s)}s",
             "--quiet-pull",
         ]
         if self.port is not None:
@@ -261,36 +277,52 @@ class LocalCluster:
             output = result.stdout + result.stderr
             self._cleanup_failed(binaries)
             if "address already in use" in output:
-                raise PortInUse(f"a port of cluster {self.name!r} is in use: "
-                                f"{_tail(output)} (log: {self.log_path})")
-            raise ClusterError(f"kwokctl create cluster {self.name!r} failed: {_tail(output)} "
-                               f"(log: {self.log_path})")
+                raise PortInUse(
+                    f"a port of cluster {self.name!r} is in use: "
+                    f"{_tail(output)} (log: {self.log_path})"
+                )
+            raise ClusterError(
+                f"kwokctl create cluster {self.name!r} failed: {_tail(output)} "
+                f"(log: {self.log_path})"
+            )
         try:
             self.kubectl("create", "-f", "-", input=json.dumps(manifest))
             self._wait_ready(deadline=started + timeout_s)
         except (ClusterError, subprocess.TimeoutExpired):
             self._cleanup_failed(binaries)
             raise
-        self._say(f"cluster {self.name!r} up in {time.monotonic() - started:.1f}s: "
-                  f"{self.node_count} nodes x {self.gpus_per_node} {nodes.GPU_RESOURCE}; "
-                  f"kubeconfig {self.kubeconfig}")
+        self._say(
+            f"cluster {self.name!r} up in {time.monotonic() - started:.1f}s: "
+            f"{self.node_count} nodes x {self.gpus_per_node} {nodes.GPU_RESOURCE}; "
+            f"kubeconfig {self.kubeconfig}"
+        )
         return self
 
     def _wait_ready(self, deadline: float) -> None:
         selector = f"{nodes.LOCAL_LABEL}=true"
         remaining = max(int(deadline - time.monotonic()), 10)
-        self.kubectl("wait", "--for=condition=Ready", "node", "-l", selector,
-                     f"--timeout={remaining}s", timeout=remaining + 30)
+        self.kubectl(
+            "wait",
+            "--for=condition=Ready",
+            "node",
+            "-l",
+            selector,
+            f"--timeout={remaining}s",
+            timeout=remaining + 30,
+        )
         # Pods cannot be created until the controller-manager made the default ServiceAccount.
         while True:
-            found = self.kubectl("get", "serviceaccount", "default", "-n", "default",
-                                 check=False, timeout=15)
+            found = self.kubectl(
+                "get", "serviceaccount", "default", "-n", "default", check=False, timeout=15
+            )
             if found.returncode == 0:
                 return
             if time.monotonic() > deadline:
-                raise ClusterError(f"cluster {self.name!r}: no default ServiceAccount after "
-                                   f"waiting; is kube-controller-manager running? "
-                                   f"(logs: {self.workdir / 'logs'})")
+                raise ClusterError(
+                    f"cluster {self.name!r}: no default ServiceAccount after "
+                    f"waiting; is kube-controller-manager running? "
+                    f"(logs: {self.workdir / 'logs'})"
+                )
             time.sleep(0.5)
 
     def _cleanup_failed(self, binaries: build.Binaries) -> None:
@@ -309,18 +341,29 @@ class LocalCluster:
         binaries = build.ensure_binaries(self._say)
         result = self._kwokctl(["delete", "cluster", "--kubeconfig", ""], binaries, timeout=120)
         if result.returncode != 0:
-            raise ClusterError(f"kwokctl delete cluster {self.name!r} failed: "
-                               f"{_tail(result.stdout + result.stderr)} (log: {self.log_path})")
+            raise ClusterError(
+                f"kwokctl delete cluster {self.name!r} failed: "
+                f"{_tail(result.stdout + result.stderr)} (log: {self.log_path})"
+            )
         return True
 
     def status(self) -> ClusterStatus:
         if not self.is_up():
-            return ClusterStatus(name=self.name, up=False,
-                                 kubeconfig=self.kubeconfig if self.exists() else None)
+            return ClusterStatus(
+                name=self.name, up=False, kubeconfig=self.kubeconfig if self.exists() else None
+            )
         node_items = self.kubectl_json("get", "nodes")["items"]
         pod_items = self.kubectl_json("get", "pods", "--all-namespaces")["items"]
-        return ClusterStatus(name=self.name, up=True, kubeconfig=self.kubeconfig,
-                             nodes=summarize_nodes(node_items, pod_items))
+        return ClusterStatus(
+            name=self.name,
+            up=True,
+            kubeconfig=self.kubeconfig,
+            nodes=summarize_nodes(node_items, pod_items),
+        )
+
+    def environ(self) -> dict[str, str]:
+        """os.environ with KUBECONFIG pointing at this cluster (for subprocesses)."""
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
 
     def apply_file(self, path: Path) -> None:
         """Server-side apply a manifest (e.g. the BatchedModel CRD) to this cluster."""

@@ -1,0 +1,55 @@
+"""Repo-wide pytest fixtures.
+
+`cluster` (session scope): one local Kubernetes cluster (batchop.local.cluster.LocalCluster)
+for the integration and e2e tests: real etcd, kube-apiserver (RBAC on), controller-manager
+and scheduler run by kwokctl, with 2 fake nodes x 4 nvidia.com/gpu whose pods get 127.10.x.y
+addresses. It exposes .name, .kubeconfig (Path), .kubectl(*args, input=None, check=True),
+.kubectl_json(*args), .environ() (env with KUBECONFIG) and .status(). Torn down at the end.
+The name defaults to batchop-test-<pid> so concurrent test sessions do not collide;
+BATCHOP_TEST_CLUSTER overrides it, BATCHOP_KEEP_CLUSTER=1 leaves it running.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+
+TEST_CLUSTER_PREFIX = "batchop-test-"
+
+
+def _remove_orphaned_test_clusters(say: Callable[[str], None]) -> None:
+    """Delete clusters left by test sessions that died before their teardown ran."""
+    from batchop.local.cluster import LocalCluster, kwok_workdir
+
+    clusters = kwok_workdir() / "clusters"
+    if not clusters.is_dir():
+        return
+    for path in clusters.glob(f"{TEST_CLUSTER_PREFIX}*"):
+        pid = path.name.removeprefix(TEST_CLUSTER_PREFIX)
+        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        say(f"removing cluster {path.name!r} left by a dead test session")
+        LocalCluster(path.name, progress=say).down()
+
+
+@pytest.fixture(scope="session")
+def cluster(pytestconfig: pytest.Config) -> Iterator[object]:
+    from batchop.local.cluster import LocalCluster
+
+    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+
+    def say(message: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"[cluster] {message}")
+
+    _remove_orphaned_test_clusters(say)
+    name = os.environ.get("BATCHOP_TEST_CLUSTER") or f"{TEST_CLUSTER_PREFIX}{os.getpid()}"
+    local = LocalCluster(name, nodes=2, gpus_per_node=4, progress=say)
+    local.up(replace=True)
+    try:
+        yield local
+    finally:
+        if not os.environ.get("BATCHOP_KEEP_CLUSTER"):
+            local.down()

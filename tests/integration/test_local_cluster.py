@@ -1,0 +1,130 @@
+"""The local cluster itself: GPU nodes, scheduling by nvidia.com/gpu, loopback pod IPs, RBAC."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from batchop.local.cluster import LocalCluster
+from batchop.local.nodes import GPU_RESOURCE, POD_NETWORK
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def _gpu_pod(name: str, gpus: int) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.invalid/never-pulled:1",
+                        "resources": {"limits": {GPU_RESOURCE: str(gpus)}},
+                    }
+                ]
+            },
+        }
+    )
+
+
+def test_nodes_are_ready_and_advertise_gpus(cluster: LocalCluster) -> None:
+    items = cluster.kubectl_json("get", "nodes")["items"]
+    assert len(items) == cluster.node_count
+    for node in items:
+        assert node["status"]["allocatable"][GPU_RESOURCE] == str(cluster.gpus_per_node)
+        ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+        assert ready and ready[0]["status"] == "True"
+        assert ipaddress.ip_network(node["spec"]["podCIDR"]).subnet_of(POD_NETWORK)
+    assert cluster.status().gpus == cluster.node_count * cluster.gpus_per_node
+
+
+def test_gpu_pod_runs_with_a_bindable_loopback_ip(cluster: LocalCluster, namespace: str) -> None:
+    free_before = cluster.status().gpus_free
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=_gpu_pod("one-gpu", 1))
+    cluster.kubectl(
+        "wait",
+        "-n",
+        namespace,
+        "pod/one-gpu",
+        "--for=jsonpath={.status.phase}=Running",
+        "--timeout=60s",
+        timeout=90,
+    )
+    pod = cluster.kubectl_json("get", "-n", namespace, "pod/one-gpu")
+    node = cluster.kubectl_json("get", "node", pod["spec"]["nodeName"])
+    ip = ipaddress.ip_address(pod["status"]["podIP"])
+    assert ip in ipaddress.ip_network(node["spec"]["podCIDR"])
+    with socket.socket() as server:  # a local process can serve on the pod's address
+        server.bind((str(ip), 0))
+        server.listen()
+    assert cluster.status().gpus_free == free_before - 1
+
+
+def test_pod_wanting_more_gpus_than_any_node_stays_pending(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    too_many = cluster.gpus_per_node + 1
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=_gpu_pod("too-big", too_many))
+    cluster.kubectl(
+        "wait",
+        "-n",
+        namespace,
+        "pod/too-big",
+        "--for=condition=PodScheduled=false",
+        "--timeout=60s",
+        timeout=90,
+    )
+    pod = cluster.kubectl_json("get", "-n", namespace, "pod/too-big")
+    scheduled = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert pod["status"]["phase"] == "Pending"
+    assert scheduled["reason"] == "Unschedulable"
+    assert f"Insufficient {GPU_RESOURCE}" in scheduled["message"]
+
+
+def test_rbac_is_enforced(cluster: LocalCluster) -> None:
+    result = cluster.kubectl(
+        "auth",
+        "can-i",
+        "list",
+        "secrets",
+        "--all-namespaces",
+        "--as=system:serviceaccount:default:default",
+        check=False,
+    )
+    assert result.stdout.strip() == "no"
+
+
+def test_cli_reports_the_cluster_and_refuses_a_second_of_the_same_name(
+    cluster: LocalCluster,
+) -> None:
+    def batchop(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "batchop.cli.main", "local", *args, "--name", cluster.name],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert batchop("kubeconfig").stdout.strip() == str(cluster.kubeconfig)
+    status = json.loads(batchop("status", "--json").stdout)
+    assert status["up"] and len(status["nodes"]) == cluster.node_count
+    again = batchop("up")
+    assert again.returncode == 1 and "already up" in again.stderr
