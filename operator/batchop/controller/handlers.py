@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from batchop.api.constants import ANNOTATION_DELAY, LABEL_MODEL, PLURAL, VERSION
 from batchop.api.constants import GROUP as API_GROUP
-from batchop.api.constants import LABEL_MODEL, PLURAL, VERSION
 from batchop.controller.reconcile import (
     child_action,
     child_key,
@@ -60,6 +60,10 @@ class ClusterAPI(Protocol):
     def patch_status(
         self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
     ) -> dict[str, Any]: ...
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None: ...
+
+    def post_event(self, bm: Mapping[str, Any], type_: str, reason: str, message: str) -> None: ...
 
 
 class SpecRefused(Exception):
@@ -109,7 +113,12 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     return {
-        "metadata": {k: meta.get(k) for k in ("name", "namespace", "deletionTimestamp")},
+        "metadata": {
+            **{k: meta.get(k) for k in ("name", "namespace", "deletionTimestamp")},
+            "annotations": {
+                k: v for k, v in (meta.get("annotations") or {}).items() if k == ANNOTATION_DELAY
+            },
+        },
         "spec": {
             "nodeName": spec.get("nodeName"),
             "containers": [
@@ -253,10 +262,37 @@ class Handlers:
             return self._locks.setdefault(key, threading.Lock())
 
     def refresh_status(self, bm: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Write the operator's status fields if they changed. Returns the patch written.
+        """Write the operator's status fields if they changed. Returns the patch written."""
+        key = _key(bm)
 
-        Serialised per BatchedModel; a conflict (someone wrote the object since `bm` was
-        read) re-reads it and recomputes, so conditions owned by the tuner are never lost.
+        def compute(current: Mapping[str, Any]) -> dict[str, Any]:
+            deployment, pods = self.lookup(*key)
+            return compute_status(
+                current,
+                self._selector(current, deployment),
+                deployment,
+                pods,
+                self.clock(),
+                self._failures.get(key),
+            )
+
+        written = self.write_status(bm, compute)
+        if written is not None:
+            self._announce(written[0], written[0].get("status") or {}, written[1])
+            return written[1]
+        return None
+
+    def write_status(
+        self,
+        bm: Mapping[str, Any],
+        compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+    ) -> tuple[Mapping[str, Any], dict[str, Any]] | None:
+        """Patch the status with `compute(current)` if that changes it.
+
+        Serialised per BatchedModel; a conflict (someone wrote the object since it was read)
+        re-reads it and recomputes, so fields and conditions owned by another writer (the
+        operator's or the tuner's) are never overwritten with a stale copy. Returns the
+        object the patch was computed from and the patch, or None when nothing changed.
         """
         from batchop.controller.kube import APIError
 
@@ -266,17 +302,8 @@ class Handlers:
             for _attempt in range(STATUS_ATTEMPTS):
                 if current is None or current["metadata"].get("deletionTimestamp"):
                     return None
-                deployment, pods = self.lookup(*key)
-                status = compute_status(
-                    current,
-                    self._selector(current, deployment),
-                    deployment,
-                    pods,
-                    self.clock(),
-                    self._failures.get(key),
-                )
-                old = current.get("status") or {}
-                if not status_differs(old, status):
+                status = compute(current)
+                if status is None or not status_differs(current.get("status"), status):
                     return None
                 try:
                     self.cluster.patch_status(
@@ -287,8 +314,7 @@ class Handlers:
                         raise
                     current = self.cluster.get_model(*key)
                     continue
-                self._announce(current, old, status)
-                return status
+                return current, dict(status)
             raise APIError(409, f"status of {key[0]}/{key[1]} kept changing; will retry")
 
     def _selector(
@@ -365,8 +391,13 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     def post(bm: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         try:
             kopf.event(dict(bm), type=type_, reason=reason, message=message[:1024])
-        except LookupError:  # outside kopf's context (no poster): log only
-            log.info("%s %s: %s", type_, reason, message)
+            return
+        except LookupError:  # outside kopf's handlers (the tuning thread): post it directly
+            pass
+        try:
+            cluster.post_event(bm, type_, reason, message)
+        except Exception as exc:
+            log.warning("event %s %s not posted (%s): %s", type_, reason, exc, message)
 
     def lookup(namespace: str, name: str) -> tuple[Any, list[Any]]:
         deployments, pods = indexes.get("deployments"), indexes.get("pods")
@@ -390,8 +421,30 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
         return {found: slim_pod(body)} if found else None
 
     def remember(**kwargs: Any) -> None:
-        indexes["deployments"] = kwargs["deployments"]
-        indexes["pods"] = kwargs["pods"]
+        for name in ("batchedmodels", "deployments", "pods"):
+            indexes[name] = kwargs[name]
+
+    tuning: list[Any] = []
+
+    @kopf.on.startup(registry=registry)
+    def start_tuning(**kwargs: Any) -> None:
+        """One operator-wide tuning thread (no per-object timers: they add finalizers)."""
+        from batchop.controller.tuning_loop import TuningLoop
+
+        remember(**kwargs)
+        loop = TuningLoop(
+            logic,
+            cluster,
+            lambda: list(models_in(indexes["batchedmodels"])),
+            settings.prometheus_url,
+        )
+        loop.start()
+        tuning.append(loop)
+
+    @kopf.on.cleanup(registry=registry)
+    def stop_tuning(**_: Any) -> None:
+        for loop in tuning:
+            loop.stop()
 
     @kopf.on.create(API_GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
     @kopf.on.update(API_GROUP, VERSION, PLURAL, registry=registry, id="reconcile")

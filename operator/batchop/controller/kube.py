@@ -182,6 +182,48 @@ class Cluster:
         )
         return list(listing.get("items", []))
 
+    def post_event(self, bm: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event about a BatchedModel (for threads outside kopf's handlers)."""
+        import socket
+        from datetime import UTC, datetime
+
+        meta = bm["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self._call(
+            "POST",
+            f"/api/v1/namespaces/{meta['namespace']}/events",
+            body={
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {
+                    "apiVersion": bm.get("apiVersion", API_VERSION),
+                    "kind": bm.get("kind", "BatchedModel"),
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta.get("uid"),
+                },
+                "type": type_,
+                "reason": reason,
+                "message": message[:1024],
+                "source": {"component": MANAGER},
+                "reportingComponent": MANAGER,
+                "reportingInstance": socket.gethostname()[:128],
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+        )
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge annotations into a pod (the per-pod record of what its Triton runs)."""
+        self._call(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            body={"metadata": {"annotations": dict(annotations)}},
+            content_type="application/merge-patch+json",
+        )
+
     def patch_status(
         self, namespace: str, name: str, status: Mapping[str, Any], resource_version: str | None
     ) -> dict[str, Any]:

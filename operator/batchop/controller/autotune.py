@@ -1,0 +1,180 @@
+"""The tuning loop's pure parts: BatchedModel -> TuningSpec, desired delay, which pods need a
+reload, and the status the tuner writes. No I/O; `tuning_loop.py` is the shell.
+
+Durable intent: a decision is recorded in `status.lastDecision` (replicas and delay) before
+anything acts on it. The Deployment is rendered from it (reconcile.tuned_replicas) and each
+ready pod is reloaded until its annotation `batchop.io/max-queue-delay-us` matches it, so an
+operator killed between deciding and acting finishes the same action after a restart, and
+never acts twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from batchop.api.constants import ANNOTATION_DELAY, PORT_HTTP
+from batchop.controller.status import Condition, format_time, merge_conditions
+from batchop.tuning.types import Decision, Observation, TuningSpec
+
+TUNER_CONDITIONS = ("SLOMet", "MetricsAvailable")
+
+
+def _spec(bm: Mapping[str, Any], *path: str, default: Any = None) -> Any:
+    node: Any = bm.get("spec") or {}
+    for key in path:
+        if not isinstance(node, Mapping) or node.get(key) is None:
+            return default
+        node = node[key]
+    return node
+
+
+def tunes(bm: Mapping[str, Any]) -> bool:
+    """Whether the tuner has anything to do for this BatchedModel."""
+    return bool(_spec(bm, "autotune", "queueDelay", default=True)) or bool(
+        _spec(bm, "autotune", "replicas", default=True)
+    )
+
+
+def tuning_spec(bm: Mapping[str, Any]) -> TuningSpec:
+    """The policy's view of a BatchedModel's spec (API defaults assumed where absent)."""
+    limit = int(_spec(bm, "batching", "maxQueueDelayLimitMicroseconds", default=20_000))
+    return TuningSpec(
+        slo_ms=float(_spec(bm, "slo", "p99LatencyMilliseconds", default=50.0)),
+        max_batch_size=int(_spec(bm, "model", "maxBatchSize", default=1)),
+        min_replicas=int(_spec(bm, "scaling", "minReplicas", default=1)),
+        max_replicas=int(_spec(bm, "scaling", "maxReplicas", default=8)),
+        min_delay_us=int(_spec(bm, "batching", "minQueueDelayMicroseconds", default=0)),
+        max_delay_us=limit,
+        start_delay_us=int(_spec(bm, "batching", "maxQueueDelayMicroseconds", default=500)),
+        start_replicas=int(_spec(bm, "scaling", "replicas", default=1)),
+        preferred_batch_sizes=tuple(_spec(bm, "model", "preferredBatchSizes", default=()) or ()),
+        tune_delay=bool(_spec(bm, "autotune", "queueDelay", default=True)),
+        tune_replicas=bool(_spec(bm, "autotune", "replicas", default=True)),
+        interval_s=float(_spec(bm, "autotune", "intervalSeconds", default=30)),
+        gpus_per_replica=int(_spec(bm, "server", "gpus", default=1)),
+    )
+
+
+def desired_delay(bm: Mapping[str, Any]) -> int:
+    """The delay every ready pod should run: the tuner's decision, else the spec's value."""
+    spec_delay = int(_spec(bm, "batching", "maxQueueDelayMicroseconds", default=500))
+    if not _spec(bm, "autotune", "queueDelay", default=True):
+        return spec_delay
+    decided = ((bm.get("status") or {}).get("lastDecision") or {}).get("maxQueueDelayMicroseconds")
+    if not isinstance(decided, int) or isinstance(decided, bool):
+        return spec_delay
+    low = int(_spec(bm, "batching", "minQueueDelayMicroseconds", default=0))
+    high = int(_spec(bm, "batching", "maxQueueDelayLimitMicroseconds", default=decided))
+    return max(low, min(high, decided))
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running" or not status.get("podIP"):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+
+
+def pod_delay(pod: Mapping[str, Any]) -> int | None:
+    """The delay the pod's Triton was last set to (its annotation), None if never set."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DELAY)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def triton_url(pod: Mapping[str, Any]) -> str:
+    return f"{pod['status']['podIP']}:{PORT_HTTP}"
+
+
+def pods_to_reload(pods: Sequence[Mapping[str, Any]], delay_us: int) -> list[Mapping[str, Any]]:
+    """Ready pods whose recorded delay differs from `delay_us` (new pods included)."""
+    return [p for p in pods if pod_ready(p) and pod_delay(p) != delay_us]
+
+
+def applied_delay(pods: Sequence[Mapping[str, Any]]) -> int | None:
+    """The delay every ready pod runs, when they all agree; None otherwise (or no pod)."""
+    delays = {pod_delay(p) for p in pods if pod_ready(p)}
+    if len(delays) != 1:
+        return None
+    (only,) = delays
+    return only
+
+
+def _round(x: float | None, digits: int = 2) -> float | None:
+    if x is None or math.isnan(x) or math.isinf(x):
+        return None
+    return round(float(x), digits)
+
+
+def tuner_conditions(
+    obs: Observation, spec: TuningSpec, missing_reason: str | None
+) -> list[Condition]:
+    """SLOMet and MetricsAvailable from one tick's observation."""
+    if missing_reason is not None or obs.p99_ms is None:
+        why = missing_reason or "no p99 series for this model"
+        return [
+            Condition("MetricsAvailable", "False", "NoMetrics", why),
+            Condition("SLOMet", "Unknown", "NoMetrics", "p99 unknown: " + why),
+        ]
+    met = obs.p99_ms <= spec.slo_ms
+    return [
+        Condition(
+            "MetricsAvailable",
+            "True",
+            "MetricsFresh",
+            f"Prometheus data {obs.age_s:.0f} s old",
+        ),
+        Condition(
+            "SLOMet",
+            "True" if met else "False",
+            "WithinSLO" if met else "OverSLO",
+            f"p99 {obs.p99_ms:.1f} ms {'<=' if met else '>'} SLO {spec.slo_ms:g} ms",
+        ),
+    ]
+
+
+def tuner_status(
+    bm: Mapping[str, Any],
+    obs: Observation,
+    spec: TuningSpec,
+    decision: Decision | None,
+    now: datetime,
+    missing_reason: str | None = None,
+    applied: int | None = None,
+) -> dict[str, Any]:
+    """The status fields the tuner owns, for a merge patch: metrics, conditions, and
+    lastDecision when the decision changes something."""
+    status: dict[str, Any] = {
+        "metrics": {
+            "requestsPerSecond": _round(obs.rps),
+            "p99LatencyMilliseconds": _round(obs.p99_ms),
+            "averageBatchSize": _round(obs.avg_batch),
+            "queueMilliseconds": _round(obs.queue_ms, 3),
+        },
+        "conditions": merge_conditions(
+            ((bm.get("status") or {}).get("conditions") or []),
+            tuner_conditions(obs, spec, missing_reason),
+            now,
+            (bm.get("metadata") or {}).get("generation"),
+        ),
+    }
+    if applied is not None:
+        status["maxQueueDelayMicroseconds"] = applied
+    if decision is not None and decision.changes(obs):
+        status["lastDecision"] = {
+            "time": format_time(now),
+            "replicas": decision.replicas,
+            "maxQueueDelayMicroseconds": decision.delay_us,
+            "reason": decision.reason[:1024],
+        }
+    return status

@@ -1,0 +1,287 @@
+"""The tuning loop: one operator-wide thread, ticking over every BatchedModel.
+
+Why one loop and not a kopf timer per object: a per-object timer would make kopf add a
+finalizer (deletion would wait for the operator), and would query Prometheus once per model.
+Here each tick runs one query per metric per Prometheus for ALL due models (`observe`),
+the pure policy (`tuning.decide`) per model, then acts:
+
+1. The decision is recorded first, in `status.lastDecision` (with metrics and the conditions
+   SLOMet and MetricsAvailable), with an Event and the operator's metrics.
+2. Replicas: the BatchedModel is reconciled again; the Deployment is rendered from the
+   recorded decision (reconcile.tuned_replicas).
+3. Delay: level-triggered per pod, every tick: each ready pod whose annotation
+   `batchop.io/max-queue-delay-us` differs from the recorded delay is reloaded live
+   (act.triton_reload) and then annotated. New pods are brought to the value when ready.
+   An unreachable pod is retried with exponential backoff; the others go on.
+
+Killed between 1 and 2/3, the next operator finds the decision in status and finishes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from batchop.api.constants import ANNOTATION_DELAY
+from batchop.controller.autotune import (
+    applied_delay,
+    desired_delay,
+    pods_to_reload,
+    triton_url,
+    tuner_status,
+    tunes,
+    tuning_spec,
+)
+from batchop.controller.handlers import Handlers
+from batchop.tuning.types import TuningState
+
+log = logging.getLogger("batchop.tuning")
+
+ModelKey = tuple[str, str]
+BACKOFF_S = (5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0)
+
+
+@dataclass
+class _Retry:
+    failures: int
+    next_try_s: float
+    reason: str
+
+
+class TuningLoop:
+    """Ticks every `poll_s`; each model is tuned every `spec.autotune.intervalSeconds`."""
+
+    def __init__(
+        self,
+        handlers: Handlers,
+        cluster: Any,
+        models: Callable[[], Iterable[Mapping[str, Any]]],
+        prometheus_url: str,
+        *,
+        observer_factory: Callable[[str], Any] | None = None,
+        reload: Callable[[str, str, int], Any] | None = None,
+        clock: Callable[[], float] = time.time,
+        poll_s: float = 5.0,
+    ) -> None:
+        self.handlers = handlers
+        self.cluster = cluster
+        self.models = models
+        self.prometheus_url = prometheus_url
+        self.observer_factory = observer_factory or _prometheus_observer
+        self.reload = reload or _reload
+        self.clock = clock
+        self.poll_s = poll_s
+        self.states: dict[ModelKey, TuningState] = {}
+        self.last_tuned: dict[ModelKey, float] = {}
+        self.retries: dict[tuple[ModelKey, str], _Retry] = {}
+        self._observers: dict[str, Any] = {}
+        # The model as this loop last wrote it: the index may not show our write yet.
+        self.written: dict[ModelKey, Mapping[str, Any]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="batchop-tuning", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.tick()
+            except Exception:  # one bad tick must not end tuning for good
+                log.exception("tuning tick failed")
+
+    # --- one tick ------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = self.clock()
+        live = [
+            bm for bm in self.models() if tunes(bm) and not bm["metadata"].get("deletionTimestamp")
+        ]
+        keys = {_key(bm) for bm in live}
+        for gone in (set(self.states) | set(self.written)) - keys:  # deleted: forget quietly
+            self.states.pop(gone, None)
+            self.last_tuned.pop(gone, None)
+            self.written.pop(gone, None)
+        due: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        for bm in live:
+            interval = float(
+                ((bm.get("spec") or {}).get("autotune") or {}).get("intervalSeconds", 30)
+            )
+            if now - self.last_tuned.get(_key(bm), -1e18) >= interval:
+                url = ((bm.get("spec") or {}).get("autotune") or {}).get("prometheusUrl")
+                due[url or self.prometheus_url].append(bm)
+        with _timed_tick():
+            for url, models in due.items():
+                parts, missing = self._observe(url)
+                for bm in models:
+                    self.last_tuned[_key(bm)] = now
+                    try:
+                        self._tune(bm, parts, missing, now)
+                    except Exception as exc:
+                        _record_error(bm, "tune")
+                        log.warning("tuning %s/%s failed: %s", *_key(bm), exc)
+        for bm in live:
+            self._converge_delay(self._newest(bm), now)
+
+    def _newest(self, bm: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The index's copy or the one this loop wrote, whichever has the later decision."""
+        ours = self.written.get(_key(bm))
+        if ours is None:
+            return bm
+
+        def decided(m: Mapping[str, Any]) -> str:
+            return str(((m.get("status") or {}).get("lastDecision") or {}).get("time") or "")
+
+        return ours if decided(ours) > decided(bm) else bm
+
+    def _observe(self, url: str) -> tuple[dict[ModelKey, Any], str | None]:
+        from batchop.observe.prometheus import PrometheusUnavailable
+
+        observer = self._observers.get(url)
+        if observer is None:
+            observer = self._observers[url] = self.observer_factory(url)
+        try:
+            return dict(observer.observe()), None
+        except PrometheusUnavailable as exc:
+            return {}, f"Prometheus unavailable: {exc}"
+
+    def _tune(
+        self, bm: Mapping[str, Any], parts: Mapping[ModelKey, Any], missing: str | None, now: float
+    ) -> None:
+        from batchop.observe.prometheus import build_observation
+        from batchop.tuning import decide
+
+        key = _key(bm)
+        spec = tuning_spec(bm)
+        deployment, pods = self.handlers.lookup(*key)
+        dep_spec = (deployment or {}).get("spec") or {}
+        dep_status = (deployment or {}).get("status") or {}
+        capacity = next(
+            (c for c in (bm.get("status") or {}).get("conditions") or []
+             if c.get("type") == "CapacityLimited"),
+            {},
+        )  # fmt: skip
+        obs = build_observation(
+            parts.get(key),
+            time_s=now,
+            replicas=int(dep_spec.get("replicas") or spec.start_replicas),
+            ready_replicas=int(dep_status.get("readyReplicas") or 0),
+            delay_us=desired_delay(bm),
+            max_age_s=2.5 * spec.interval_s,
+            schedulable_headroom=0 if capacity.get("status") == "True" else None,
+        )
+        if missing is None and parts.get(key) is None:
+            missing = "no Triton series for this model in Prometheus yet"
+        decision = decide(obs, spec, self.states.get(key, TuningState()))
+        self.states[key] = decision.state
+        when = datetime.fromtimestamp(now, UTC)
+        applied = applied_delay(pods)
+
+        written = self.handlers.write_status(
+            bm, lambda current: tuner_status(current, obs, spec, decision, when, missing, applied)
+        )
+        if written is not None:
+            base, patch = written
+            self.written[key] = {**base, "status": {**(base.get("status") or {}), **patch}}
+        _set_state(key, applied, decision, obs, spec.slo_ms)
+        if not decision.changes(obs):
+            return
+        log.info("%s/%s: %s", *key, decision.reason)
+        self.handlers.post(bm, "Normal", "Tuned", f"{decision.kind}: {decision.reason}")
+        _record_decision(key, decision.kind, decision.reason, now)
+        if decision.replicas != obs.replicas and key in self.written:
+            self.handlers.reconcile(self.written[key])
+
+    def _converge_delay(self, bm: Mapping[str, Any], now: float) -> None:
+        """Reload every ready pod that does not run the recorded delay yet."""
+        key = _key(bm)
+        delay = desired_delay(bm)
+        model = str(((bm.get("spec") or {}).get("model") or {}).get("name"))
+        _, pods = self.handlers.lookup(*key)
+        for pod in pods_to_reload(pods, delay):
+            name = str(pod["metadata"]["name"])
+            retry = self.retries.get((key, name))
+            if retry is not None and now < retry.next_try_s:
+                continue
+            try:
+                self.reload(triton_url(pod), model, delay)
+                self.cluster.annotate_pod(key[0], name, {ANNOTATION_DELAY: str(delay)})
+            except Exception as exc:
+                failures = 1 if retry is None else retry.failures + 1
+                wait = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1]
+                self.retries[(key, name)] = _Retry(failures, now + wait, str(exc))
+                if failures == 1:
+                    self.handlers.post(
+                        bm, "Warning", "ReloadFailed",
+                        f"pod {name}: delay {delay} us not applied ({exc}); retrying",
+                    )  # fmt: skip
+                _record_error(bm, "reload")
+                continue
+            self.retries.pop((key, name), None)
+
+
+def _key(bm: Mapping[str, Any]) -> ModelKey:
+    return str(bm["metadata"]["namespace"]), str(bm["metadata"]["name"])
+
+
+def _prometheus_observer(url: str) -> Any:
+    from batchop.observe.prometheus import PrometheusObserver
+
+    return PrometheusObserver(url)
+
+
+def _reload(url: str, model: str, delay_us: int) -> Any:
+    from batchop.act.triton_reload import set_queue_delay
+
+    return asyncio.run(set_queue_delay(url, model, delay_us))
+
+
+def _timed_tick() -> Any:
+    try:
+        from batchop.metrics import time_tick
+    except ImportError:  # pragma: no cover - metrics is part of the package
+        from contextlib import nullcontext
+
+        return nullcontext()
+    return time_tick()
+
+
+def _record_error(bm: Mapping[str, Any], stage: str) -> None:
+    from batchop.metrics import record_reconcile_error
+
+    record_reconcile_error(*_key(bm), stage)
+
+
+def _record_decision(key: ModelKey, kind: str, reason: str, when: float) -> None:
+    from batchop.metrics import record_decision
+
+    record_decision(key[0], key[1], kind, reason, when)
+
+
+def _set_state(key: ModelKey, applied: int | None, decision: Any, obs: Any, slo: float) -> None:
+    from batchop.metrics import set_state
+
+    set_state(
+        key[0],
+        key[1],
+        applied_delay_us=applied,
+        desired_delay_us=decision.delay_us,
+        desired_replicas=decision.replicas,
+        ready_replicas=obs.ready_replicas,
+        slo_ms=slo,
+    )

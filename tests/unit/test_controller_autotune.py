@@ -1,0 +1,228 @@
+"""The tuning loop's wiring: spec mapping, per-pod delay convergence, recorded decisions,
+holds when Prometheus is away (pure parts, and the loop against the in-memory stand-in)."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from controller_fakes import World
+
+from batchop.controller.autotune import (
+    applied_delay,
+    desired_delay,
+    pods_to_reload,
+    tuner_status,
+    tuning_spec,
+)
+from batchop.controller.handlers import slim_model
+from batchop.controller.tuning_loop import TuningLoop
+from batchop.observe.prometheus import ObservationParts, PrometheusUnavailable
+from batchop.tuning.types import Observation
+
+NOW_S = 1_800_000_000.0
+
+
+def ready_pod(name: str, ip: str, delay: int | None = None) -> dict[str, Any]:
+    annotations = {} if delay is None else {"batchop.io/max-queue-delay-us": str(delay)}
+    return {
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"containers": []},
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_tuning_spec_follows_the_batchedmodel() -> None:
+    w = World()
+    spec = tuning_spec(w.bm)
+    s = w.cluster.model["spec"]
+    assert spec.slo_ms == s["slo"]["p99LatencyMilliseconds"]
+    assert spec.max_batch_size == s["model"]["maxBatchSize"]
+    assert (spec.min_replicas, spec.max_replicas) == (
+        s["scaling"]["minReplicas"],
+        s["scaling"]["maxReplicas"],
+    )
+    assert spec.max_delay_us == s["batching"]["maxQueueDelayLimitMicroseconds"]
+    assert spec.interval_s == s["autotune"]["intervalSeconds"]
+
+
+def test_desired_delay_is_the_recorded_decision_within_bounds() -> None:
+    bm = World().bm
+    assert desired_delay(bm) == bm["spec"]["batching"]["maxQueueDelayMicroseconds"]
+    bm["status"] = {"lastDecision": {"maxQueueDelayMicroseconds": 2000}}
+    assert desired_delay(bm) == 2000
+    bm["status"]["lastDecision"]["maxQueueDelayMicroseconds"] = 10**9
+    assert desired_delay(bm) == bm["spec"]["batching"]["maxQueueDelayLimitMicroseconds"]
+    bm["spec"]["autotune"]["queueDelay"] = False
+    assert desired_delay(bm) == bm["spec"]["batching"]["maxQueueDelayMicroseconds"]
+
+
+def test_pods_to_reload_are_ready_pods_that_differ() -> None:
+    pending = {"metadata": {"name": "p"}, "status": {"phase": "Pending"}}
+    unready = ready_pod("u", "127.10.0.9")
+    unready["status"]["conditions"][0]["status"] = "False"
+    pods = [ready_pod("a", "127.10.0.2", 500), ready_pod("b", "127.10.0.3"), pending, unready]
+    assert [p["metadata"]["name"] for p in pods_to_reload(pods, 500)] == ["b"]
+    assert [p["metadata"]["name"] for p in pods_to_reload(pods, 700)] == ["a", "b"]
+    assert applied_delay(pods) is None
+    assert applied_delay([pods[0], ready_pod("c", "127.10.0.4", 500)]) == 500
+
+
+def test_tuner_status_records_only_changes() -> None:
+    bm = World().bm
+    spec = tuning_spec(bm)
+    obs = Observation(time_s=0, rps=10, avg_batch=2, compute_ms=5, p99_ms=80, replicas=1)
+    when = datetime(2026, 3, 1, tzinfo=UTC)
+    status = tuner_status(bm, obs, spec, None, when)
+    assert "lastDecision" not in status
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["SLOMet"]["status"] == ("False" if spec.slo_ms < 80 else "True")
+    assert conds["MetricsAvailable"]["status"] == "True"
+    assert status["metrics"]["p99LatencyMilliseconds"] == 80
+
+
+class FakeObserver:
+    def __init__(self, parts: dict[tuple[str, str], ObservationParts]) -> None:
+        self.parts = parts
+        self.calls = 0
+        self.down = False
+
+    def observe(self) -> dict[tuple[str, str], ObservationParts]:
+        self.calls += 1
+        if self.down:
+            raise PrometheusUnavailable("connection refused")
+        return self.parts
+
+
+class Harness:
+    def __init__(self, parts: ObservationParts | None = None) -> None:
+        self.w = World()
+        self.w.handlers.reconcile(self.w.bm)
+        dep = self.w.deployment()
+        assert dep is not None
+        dep["status"] = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
+        self.w.pods = [ready_pod("cpu-demo-a", "127.10.0.2")]
+        self.observer = FakeObserver({("ml", "cpu-demo"): parts} if parts else {})
+        self.reloads: list[tuple[str, str, int]] = []
+        self.fail_reload = False
+        self.now = NOW_S
+        self.loop = TuningLoop(
+            self.w.handlers,
+            self.w.cluster,
+            lambda: [slim_model(self.w.cluster.model)],
+            "http://127.0.0.1:9",
+            observer_factory=lambda url: self.observer,
+            reload=self.reload,
+            clock=lambda: self.now,
+        )
+
+    def reload(self, url: str, model: str, delay: int) -> None:
+        if self.fail_reload:
+            raise ConnectionRefusedError(f"{url} refused")
+        self.reloads.append((url, model, delay))
+
+    def conditions(self) -> dict[str, dict[str, Any]]:
+        return self.w.conditions()
+
+
+def busy(p99_ms: float, rps: float = 400.0) -> ObservationParts:
+    return ObservationParts(
+        rps=rps, avg_batch=4.0, queue_ms=1.0, compute_ms=6.0, p99_ms=p99_ms, pending=0.0,
+        age_s=5.0, scraped_pods=1,
+    )  # fmt: skip
+
+
+def test_a_tick_records_metrics_and_conditions_and_brings_pods_to_the_delay() -> None:
+    h = Harness(busy(p99_ms=12.0))
+    h.loop.tick()
+    status = h.w.cluster.model["status"]
+    assert status["metrics"]["requestsPerSecond"] == 400.0
+    assert h.conditions()["MetricsAvailable"]["status"] == "True"
+    assert h.conditions()["SLOMet"]["status"] == "True"
+    # The operator's own conditions survive the tuner's write.
+    assert {"Ready", "Progressing", "Degraded", "CapacityLimited"} <= set(h.conditions())
+    want = desired_delay(slim_model(h.w.cluster.model))
+    assert h.reloads == [("127.10.0.2:8000", "cpu-demo", want)]
+    assert h.w.pods[0]["metadata"]["annotations"]["batchop.io/max-queue-delay-us"] == str(want)
+    h.loop.tick()  # level-triggered: nothing left to reload
+    assert len(h.reloads) == 1
+
+
+def test_a_recorded_decision_is_what_the_deployment_and_pods_get() -> None:
+    h = Harness(busy(p99_ms=400.0, rps=3000.0))  # far over the SLO: the policy must act
+    h.loop.tick()
+    decision = h.w.cluster.model["status"].get("lastDecision")
+    assert decision is not None, h.w.cluster.model["status"]
+    assert decision["reason"]
+    dep = h.w.deployment()
+    assert dep is not None and dep["spec"]["replicas"] == decision["replicas"]
+    assert h.reloads[-1][2] == desired_delay(slim_model(h.w.cluster.model))
+    assert ("Normal", "Tuned") in [(e[0], e[1]) for e in h.w.events]
+
+
+def test_prometheus_down_holds_and_says_so() -> None:
+    h = Harness(busy(p99_ms=400.0, rps=3000.0))
+    h.observer.down = True
+    before = copy.deepcopy(h.w.deployment())
+    h.loop.tick()
+    assert h.conditions()["MetricsAvailable"]["status"] == "False"
+    assert "connection refused" in h.conditions()["MetricsAvailable"]["message"]
+    assert h.conditions()["SLOMet"]["status"] == "Unknown"
+    assert "lastDecision" not in h.w.cluster.model["status"]
+    assert h.w.deployment() == before
+    h.observer.down = False
+    h.now += 60
+    h.loop.tick()
+    assert h.conditions()["MetricsAvailable"]["status"] == "True"
+
+
+def test_each_model_is_tuned_once_per_interval_with_one_observation() -> None:
+    h = Harness(busy(p99_ms=12.0))
+    h.loop.tick()
+    h.now += 1
+    h.loop.tick()
+    assert h.observer.calls == 1
+    h.now += h.w.cluster.model["spec"]["autotune"]["intervalSeconds"]
+    h.loop.tick()
+    assert h.observer.calls == 2
+
+
+def test_unreachable_pod_is_retried_with_backoff_and_warned_once() -> None:
+    h = Harness(busy(p99_ms=12.0))
+    h.fail_reload = True
+    h.loop.tick()
+    h.now += 1
+    h.loop.tick()  # within the backoff: not tried again
+    retry = h.loop.retries[(("ml", "cpu-demo"), "cpu-demo-a")]
+    assert retry.failures == 1 and "refused" in retry.reason
+    h.now += 60
+    h.loop.tick()
+    assert h.loop.retries[(("ml", "cpu-demo"), "cpu-demo-a")].failures == 2
+    assert [e[1] for e in h.w.events].count("ReloadFailed") == 1
+    h.fail_reload = False
+    h.now += 600
+    h.loop.tick()
+    assert not h.loop.retries and h.reloads
+
+
+def test_deleted_model_is_forgotten() -> None:
+    h = Harness(busy(p99_ms=12.0))
+    h.loop.tick()
+    assert h.loop.states
+    h.loop.models = lambda: []
+    h.loop.tick()
+    assert not h.loop.states and not h.loop.last_tuned
+
+
+@pytest.mark.parametrize("tune", [{"queueDelay": False, "replicas": False}])
+def test_models_without_tuning_are_left_alone(tune: dict[str, bool]) -> None:
+    h = Harness(busy(p99_ms=400.0, rps=3000.0))
+    h.w.cluster.model["spec"]["autotune"].update(tune)
+    h.loop.tick()
+    assert h.observer.calls == 0 and not h.reloads
