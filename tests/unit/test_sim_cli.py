@@ -1,0 +1,157 @@
+"""`batchop simulate` and `batchop bench` end to end on tiny inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from batchop.cli.main import main
+
+PROFILE = """\
+name: tiny
+max_batch_size: 8
+startup_seconds: 5
+gpus_per_replica: 1
+batch_latency_ms: {1: 2.0, 8: 5.0}
+"""
+TRACE = "second,rps\n0,200\n40,900\n80,200\n120,0\n"
+CONTRACT = (
+    "requests",
+    "p50_ms",
+    "p99_ms",
+    "slo_attainment",
+    "window_attainment",
+    "gpu_seconds",
+    "gpu_busy_seconds",
+    "avg_batch_size",
+    "dropped",
+)
+
+
+@pytest.fixture()
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    profile = tmp_path / "tiny.yaml"
+    profile.write_text(PROFILE)
+    trace = tmp_path / "steps.csv"
+    trace.write_text(TRACE)
+    return profile, trace
+
+
+def test_simulate_writes_the_contract_fields_and_a_plot(
+    inputs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    profile, trace = inputs
+    out, png = tmp_path / "r.json", tmp_path / "r.png"
+    code = main(
+        [
+            "simulate",
+            "--profile",
+            str(profile),
+            "--trace",
+            str(trace),
+            "--slo-ms",
+            "20",
+            "--policy",
+            "hpa",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    result = json.loads(out.read_text())
+    for key in CONTRACT:
+        assert key in result
+    assert result["requests"] > 0.9 * (200 * 80 + 900 * 40)
+    assert 0 <= result["slo_attainment"] <= 1 and 0 <= result["window_attainment"] <= 1
+    assert result["gpu_busy_seconds"] <= result["gpu_seconds"]
+    row = result["timeline"][0]
+    assert {"t", "rps", "p99_ms", "delay_us", "replicas", "ready", "avg_batch"} <= set(row)
+    assert png.stat().st_size > 1000
+
+
+def test_simulate_static_keeps_its_replicas(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    profile, trace = inputs
+    out = tmp_path / "s.json"
+    assert (
+        main(
+            [
+                "simulate",
+                "--profile",
+                str(profile),
+                "--trace",
+                str(trace),
+                "--slo-ms",
+                "20",
+                "--policy",
+                "static",
+                "--replicas",
+                "3",
+                "--delay-us",
+                "1000",
+                "--json",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    result = json.loads(out.read_text())
+    assert result["gpu_seconds"] == pytest.approx(3 * 120)
+    assert {r["delay_us"] for r in result["timeline"]} == {1000}
+
+
+def test_simulate_reports_bad_input_with_file_and_line(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile, _ = inputs
+    bad = tmp_path / "bad.csv"
+    bad.write_text("second,rps\n0,10\n5,-1\n9,0\n")
+    code = main(
+        [
+            "simulate",
+            "--profile",
+            str(profile),
+            "--trace",
+            str(bad),
+            "--slo-ms",
+            "20",
+            "--json",
+            str(tmp_path / "x.json"),
+        ]
+    )
+    assert code == 2
+    assert f"{bad}:3: field `rps`" in capsys.readouterr().err
+
+
+def test_bench_writes_a_table_with_ratios(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    profile, trace = inputs
+    out = tmp_path / "bench"
+    code = main(
+        [
+            "bench",
+            "--profiles",
+            str(profile),
+            "--traces",
+            str(trace),
+            "--policies",
+            "hpa",
+            "aimd",
+            "--slo-ms",
+            "20",
+            "--jobs",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    rows = json.loads((out / "bench.json").read_text())["rows"]
+    assert {r["policy"] for r in rows} == {"hpa", "aimd"}
+    hpa = next(r for r in rows if r["policy"] == "hpa")
+    assert hpa["x_hpa"] == pytest.approx(1.0)
+    assert "| tiny | steps" in (out / "bench.md").read_text()
