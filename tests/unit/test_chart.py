@@ -327,3 +327,98 @@ def test_notes_say_where_things_are(helm: str) -> None:
     assert got.returncode == 0, got.stderr
     notes = got.stdout.split("NOTES:", 1)[1]
     assert "team-a" in notes and "rel-batchop-metrics" in notes and "kubectl get bm" in notes
+
+
+# --- PromQL checked by Prometheus's own tool ----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    from batchop.local.prometheus import ensure_binary
+
+    path = ensure_binary().parent / "promtool"
+    assert path.is_file(), f"no promtool beside {path.parent / 'prometheus'}"
+    return str(path)
+
+
+def _rule_group(helm: str) -> dict[str, Any]:
+    (rule,) = by_kind(render(helm, ["prometheusRule.enabled=true"]), "PrometheusRule")
+    return {"groups": rule["spec"]["groups"]}
+
+
+def test_alert_rules_and_dashboard_queries_parse(helm: str, promtool: str, tmp_path: Path) -> None:
+    """promtool parses every alert and, as recording rules, every dashboard query."""
+    rules = _rule_group(helm)
+    rules["groups"].append({"name": "dashboard", "rules": [
+        {"record": f"dashboard:query_{i}",
+         "expr": dashboard.substitute(q.expr, "ns", "bm", interval="1m")}
+        for i, (_, q) in enumerate(dashboard.all_queries())
+    ]})
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(rules))
+    got = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True,
+                         text=True, timeout=60)
+    assert got.returncode == 0, got.stdout + got.stderr
+
+
+def test_alerts_fire_when_and_only_when_they_should(
+    helm: str, promtool: str, tmp_path: Path
+) -> None:
+    """Synthetic series through promtool's rule tester: model `hot` is over its SLO and
+    capacity-limited, model `cool` is within it; only `hot` alerts, and only after `for`."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(_rule_group(helm)))
+    alerts = {a.name: a for a in dashboard.ALERTS}
+
+    def series(name: str, bm: str, value: str, **labels: str) -> dict[str, str]:
+        extra = "".join(f', {k}="{v}"' for k, v in labels.items())
+        return {"series": f'{name}{{namespace="ml", batchedmodel="{bm}"{extra}}}',
+                "values": value}
+
+    def expected(name: str, bm: str, value: str, **labels: str) -> dict[str, Any]:
+        def fill(text: str) -> str:
+            return (text.replace("{{ $labels.namespace }}", "ml")
+                    .replace("{{ $labels.batchedmodel }}", bm)
+                    .replace("{{ $value | humanize }}", value))
+        return {"exp_labels": {"severity": "warning", "namespace": "ml", "batchedmodel": bm,
+                               **labels},
+                "exp_annotations": {"summary": fill(alerts[name].summary),
+                                    "description": fill(alerts[name].description)}}
+
+    p99 = "nv_inference_request_summary_us"
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                series(p99, "hot", "60000x30", pod="hot-0", quantile="0.99"),
+                series(p99, "hot", "20000x30", pod="hot-1", quantile="0.99"),
+                series(p99, "cool", "30000x30", pod="cool-0", quantile="0.99"),
+                series("batchop_slo_p99_milliseconds", "hot", "50x30"),
+                series("batchop_slo_p99_milliseconds", "cool", "50x30"),
+                series("batchop_condition", "hot", "1x30", type="CapacityLimited"),
+                series("batchop_condition", "cool", "0x30", type="CapacityLimited"),
+                series("batchop_condition", "hot", "1x30", type="MetricsAvailable"),
+                series("batchop_condition", "cool", "0x30", type="MetricsAvailable"),
+                {"series": "batchop_tick_duration_seconds_count", "values": "0+1x30"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": "BatchedModelP99OverSLO", "exp_alerts": []},
+                {"eval_time": "12m", "alertname": "BatchedModelP99OverSLO",
+                 "exp_alerts": [expected("BatchedModelP99OverSLO", "hot", "60")]},
+                {"eval_time": "12m", "alertname": "BatchedModelCapacityLimited",
+                 "exp_alerts": []},
+                {"eval_time": "20m", "alertname": "BatchedModelCapacityLimited",
+                 "exp_alerts": [expected("BatchedModelCapacityLimited", "hot", "1")]},
+                {"eval_time": "10m", "alertname": "BatchedModelMetricsUnavailable",
+                 "exp_alerts": [expected("BatchedModelMetricsUnavailable", "cool", "0")]},
+                {"eval_time": "20m", "alertname": "BatchopOperatorMetricsAbsent",
+                 "exp_alerts": []},
+            ],
+        }],
+    }
+    path = tmp_path / "test.yaml"
+    path.write_text(yaml.safe_dump(test))
+    got = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert got.returncode == 0, got.stdout + got.stderr
