@@ -188,3 +188,22 @@ def test_children_keys_match_what_was_applied() -> None:
     w.handlers.reconcile(w.bm)
     for (kind, name), obj in w.cluster.objects.items():
         assert child_key(obj)[1:] == (kind, name)
+
+
+def test_kopf_wiring_adds_no_finalizer_and_names_the_indexes() -> None:
+    from batchop.controller.app import operator_settings
+    from batchop.controller.handlers import build_registry
+
+    registry = build_registry(Settings(), cluster=None)  # type: ignore[arg-type]
+    # No deletion handler, timer or daemon: kopf adds no finalizer, deletion never waits.
+    assert not registry._spawning.get_all_handlers()
+    assert not any(h.requires_finalizer for h in registry._changing.get_all_handlers())
+    # Indexes reach the handlers as kwargs named by their ids.
+    assert {h.id for h in registry._indexing.get_all_handlers()} == {
+        "batchedmodels",
+        "deployments",
+        "pods",
+    }
+    ops = operator_settings(Settings(namespaces=("a",), all_namespaces=False))
+    assert ops.peering.standalone and ops.scanning.disabled
+    assert ops.persistence.finalizer.startswith("batchop.io/")

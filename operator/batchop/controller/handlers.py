@@ -384,7 +384,9 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     """A kopf registry with every handler, bound to these settings and this cluster."""
     import kopf
 
-    registry = kopf.SmartOperatorRegistry()
+    registry = kopf.OperatorRegistry()
+    # Log in as the official client does: in-cluster service account, else $KUBECONFIG.
+    kopf.on.login(registry=registry)(kopf.login_via_client)
     present = {LABEL_MODEL: kopf.PRESENT}
     indexes: dict[str, Any] = {}
 
@@ -406,16 +408,17 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
 
     logic = Handlers(settings, cluster, post, lookup)
 
-    @kopf.index(API_GROUP, VERSION, PLURAL, registry=registry)
+    # Index ids are the kwarg names kopf passes the indexes to every handler under.
+    @kopf.index(API_GROUP, VERSION, PLURAL, registry=registry, id="batchedmodels")
     def batchedmodels(body: Any, namespace: str, name: str, **_: Any) -> Any:
         return {(namespace, name): slim_model(body)}
 
-    @kopf.index("apps", "v1", "deployments", labels=present, registry=registry)
+    @kopf.index("apps", "v1", "deployments", labels=present, registry=registry, id="deployments")
     def deployments(body: Any, **_: Any) -> Any:
         owner = controller_of(body)
         return {owner[:2]: slim_deployment(body)} if owner else None
 
-    @kopf.index("", "v1", "pods", labels=present, registry=registry)
+    @kopf.index("", "v1", "pods", labels=present, registry=registry, id="pods")
     def pods(body: Any, **_: Any) -> Any:
         found = model_of(body)
         return {found: slim_pod(body)} if found else None
@@ -492,9 +495,9 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
             )
 
     for group, version, plural in CHILD_WATCHES:
-        kopf.on.event(group, version, plural, labels=present, registry=registry, id=f"{plural}")(
-            on_child
-        )
+        kopf.on.event(
+            group, version, plural, labels=present, registry=registry, id=f"watch-{plural}"
+        )(on_child)
 
     @kopf.on.event("", "v1", "pods", labels=present, registry=registry)
     def on_pod(body: Any, **kwargs: Any) -> None:
