@@ -118,6 +118,8 @@ def test_deterministic(spec: TuningSpec, obs: Observation) -> None:
 @given(specs(), observations(), st.sampled_from(["rps", "avg_batch", "compute_ms", "p99_ms"]))
 @settings(max_examples=200, deadline=None)
 def test_holds_on_missing_metrics(spec: TuningSpec, obs: Observation, field: str) -> None:
+    if field != "rps" and not obs.rps:
+        obs = replace(obs, rps=100.0)  # with no traffic, batch and latency have no value
     obs = replace(obs, **{field: None})
     dec = decide(obs, spec, TuningState())
     assert dec.kind in ("hold", "bounds")
@@ -301,3 +303,19 @@ def test_recommend_uses_delay_at_moderate_load_not_near_capacity() -> None:
     busy = recommend(lat, 2200.0, spec)
     assert busy.delay_us < moderate.delay_us
     assert math.isfinite(busy.predicted_p99_ms) and busy.predicted_p99_ms <= 0.8 * spec.slo_ms
+
+
+def test_no_traffic_is_not_missing_data_and_scales_to_min() -> None:
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, min_replicas=1, max_replicas=8,
+                      prior_batch_latency_ms=CPU_DEMO)
+    state = TuningState()
+    replicas = 4
+    for i in range(int(STABILISATION_S / INTERVAL) + 3):
+        obs = Observation(time_s=i * INTERVAL, rps=0.0, pending=0.0, replicas=replicas,
+                          ready_replicas=replicas, delay_us=500)
+        dec = decide(obs, spec, state)
+        assert "missing" not in dec.reason
+        if i * INTERVAL < STABILISATION_S - INTERVAL:
+            assert dec.replicas == 4  # the window first
+        state, replicas = dec.state, dec.replicas
+    assert replicas == 1

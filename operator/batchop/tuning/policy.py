@@ -24,19 +24,29 @@ import math
 from dataclasses import dataclass, replace
 
 from batchop.tuning import curve as curve_mod
-from batchop.tuning.model import LatencyCurve, Prediction, capacity_rps, predict
+from batchop.tuning.model import (
+    MAX_UTILISATION,
+    LatencyCurve,
+    Prediction,
+    capacity_rps,
+    predict,
+)
 from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 
 MARGIN = 0.8  # plan for p99 <= MARGIN x SLO
 HEADROOM = 0.10  # plan for this much more load than observed
 DOWN_HEADROOM = 0.15  # a lower replica count must also pass with this much more on top
 STALE_INTERVALS = 2.5  # samples older than this many intervals are stale
+SETTLE_INTERVALS = 3  # after a change, windowed rates and p99 mix old and new this long
 STABILISATION_S = 300.0  # scale-down window (max of recommendations), as the HPA's default
 DELAY_MIN_CHANGE = 0.2  # relative delay change below which no reload is worth it
 GPU_MIN_GAIN = 0.05  # GPU time per inference a delay change must save
+UP_MARGIN = 0.9  # a longer delay must keep p99 under this share of the target
 NEAR_BEST = 0.02  # delays within this of the best GPU time count as equal; take the smallest
 CORRECTION_ALPHA = 0.3  # EWMA weight of a new observed/predicted p99 ratio
-CORRECTION_BOUNDS = (0.8, 3.0)
+CORRECTION_BOUNDS = (0.8, 1.5)
+STEADY_RATE_CHANGE = 0.1  # rate or queue changes beyond this share of the rate: not steady
+LOOKAHEAD_S = 60.0  # how far ahead a rising rate is extrapolated (window lag + startup)
 DELAY_GRID_US = (
     0,
     100,
@@ -137,9 +147,18 @@ class _Model:
                 lo = mid + 1
         return lo
 
-    def best_delay(self, rate: float) -> int:
-        """Least GPU time per inference within the margin; smallest among near-equals."""
-        ok = [d for d in self.delays if self.p99(rate, d) <= self.target]
+    def best_delay(self, rate: float, current: int | None = None) -> int:
+        """Least GPU time per inference within the margin; smallest among near-equals.
+
+        A delay above `current` must keep a wider margin (UP_MARGIN), so that a delay chosen
+        at the edge of the target is not raised and cut again on every tick.
+        """
+        top = math.inf if current is None else current
+
+        def target(d: int) -> float:
+            return self.target if d <= top else UP_MARGIN * self.target
+
+        ok = [d for d in self.delays if self.p99(rate, d) <= target(d)]
         if not ok:
             return min(self.delays, key=lambda d: (self.p99(rate, d), d))
         best = min(self.at(rate, d).gpu_ms_per_inference for d in ok)
@@ -172,6 +191,8 @@ def _missing(obs: Observation) -> list[str]:
 def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     """The replicas and delay to run next, with the reason; see the module docstring."""
     missing = _missing(obs)
+    if obs.rps is not None and obs.rps == 0 and "rps" not in missing:
+        missing = []  # no traffic: there is no batch or latency to report, and none is needed
     if missing:
         return _hold(obs, spec, state, f"holding: metrics missing ({', '.join(missing)})")
     stale_after = STALE_INTERVALS * spec.interval_s
@@ -182,16 +203,17 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             state,
             f"holding: metrics stale ({obs.age_s:.0f} s old > {stale_after:.0f} s)",
         )
-    assert obs.rps is not None and obs.p99_ms is not None  # for the type checker
-    assert obs.avg_batch is not None and obs.compute_ms is not None
+    assert obs.rps is not None  # for the type checker
     t = obs.time_s
     rps = max(0.0, obs.rps)
+    p99_obs = obs.p99_ms if obs.p99_ms is not None else 0.0
     ready = max(0, obs.ready_replicas)
     starting = obs.starting_replicas
+    dt = t - state.last_time_s if state.last_time_s is not None else 0.0
 
     # 2. Learn: the curve from this tick, then the model's correction at the running config.
     buckets = state.curve
-    if rps > 0 and ready > 0:
+    if rps > 0 and ready > 0 and obs.avg_batch is not None and obs.compute_ms is not None:
         buckets = curve_mod.update(buckets, obs.avg_batch, obs.compute_ms)
     latency = _latency(spec, buckets)
     if latency is None:  # no prior and nothing observed yet: wait for traffic
@@ -201,7 +223,6 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             replace(state, curve=buckets),
             "holding: no batch-latency data yet (no traffic and no profile)",
         )
-    correction = state.p99_correction
     settled_since = max(
         (
             x
@@ -210,24 +231,42 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         ),
         default=-math.inf,
     )
-    settled = starting == 0 and t - settled_since >= 2 * spec.interval_s
-    if settled and rps > 0 and ready > 0 and obs.p99_ms > 0:
+    # Rates and p99 are windowed: after a change they mix old and new for a while.
+    settled = starting == 0 and t - settled_since >= SETTLE_INTERVALS * spec.interval_s
+    growth = 0.0  # how fast the queue grew: arrivals beyond what was served
+    if obs.pending is not None and state.last_pending is not None and dt > 0:
+        growth = (obs.pending - state.last_pending) / dt
+    slope = state.rps_slope * 0.5
+    if settled and state.last_rps is not None and dt > 0:
+        slope += 0.5 * (rps - state.last_rps) / dt
+    correction = state.p99_correction
+    steady = (
+        settled
+        and rps > 0
+        and ready > 0
+        and p99_obs > 0
+        and state.last_rps is not None
+        and abs(rps - state.last_rps) <= STEADY_RATE_CHANGE * rps
+        and abs(growth) <= STEADY_RATE_CHANGE * rps
+    )
+    if steady:  # only a steady state says something about the model's error
         pred = predict(rps / ready, obs.delay_us, spec.max_batch_size, latency)
-        if pred.stable:
-            ratio = obs.p99_ms / pred.p99_ms
+        ratio = p99_obs / pred.p99_ms if pred.stable else math.inf
+        if CORRECTION_BOUNDS[0] / 2 <= ratio <= CORRECTION_BOUNDS[1] * 2:
             correction = (1 - CORRECTION_ALPHA) * correction + CORRECTION_ALPHA * ratio
             correction = min(CORRECTION_BOUNDS[1], max(CORRECTION_BOUNDS[0], correction))
     model = _Model(spec, latency, correction)
 
-    # Demand: what was served plus how fast the backlog grew (served < arriving when overloaded).
-    demand = rps
-    if (
-        obs.pending is not None
-        and state.last_pending is not None
-        and state.last_time_s is not None
-        and t > state.last_time_s
-    ):
-        demand += max(0.0, (obs.pending - state.last_pending) / (t - state.last_time_s))
+    # Demand: served + queue growth (arrivals = served + d pending/dt). When the queue grows,
+    # the replicas serve at capacity and the windowed rate still lags behind: count capacity.
+    demand = max(0.0, rps + growth)
+    if growth > STEADY_RATE_CHANGE * rps and ready > 0:
+        at_capacity = MAX_UTILISATION * capacity_rps(spec.max_batch_size, latency) * ready
+        demand = max(demand, at_capacity + growth)
+    # A rising rate keeps rising while new replicas start: look ahead along the trend (only
+    # when settled: just after a change, the served rate also holds a draining backlog).
+    if settled:
+        demand += max(0.0, slope) * LOOKAHEAD_S
     plan_rps = demand * (1 + HEADROOM)
 
     # 3. Replicas.
@@ -255,21 +294,24 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             f"({_fmt_rate(demand)} + {HEADROOM:.0%})"
         )
         # The observed p99 overrides the model when it breaks the SLO and nothing is pending.
-        delay_explains = spec.tune_delay and obs.p99_ms - obs.delay_us / 1000.0 <= model.target
-        # When served traffic sits at capacity, demand is unknown (unless the queue's growth
-        # shows it): the model's count is then a floor, not an answer.
-        saturated = ready > 0 and not model.at(rps / ready, obs.delay_us).stable
-        if (obs.p99_ms > spec.slo_ms and starting == 0 and rps > 0 and not delay_explains
-                and (rec <= cur_n or (saturated and demand <= rps))):
+        # The observed p99 is a window too: only trust it once the last change has settled.
+        delay_explains = spec.tune_delay and p99_obs - obs.delay_us / 1000.0 <= model.target
+        if p99_obs > spec.slo_ms and settled and rps > 0 and not delay_explains and rec <= cur_n:
             # HPA-like: grow in proportion to the excess, at most doubling per tick.
-            factor = min(2.0, obs.p99_ms / spec.slo_ms)
+            factor = min(2.0, p99_obs / spec.slo_ms)
             forced = cur_n + max(1, math.ceil(cur_n * (factor - 1)))
             if forced > rec:
                 rec = forced
                 why_r = (
-                    f"p99 {_fmt_ms(obs.p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms at "
+                    f"p99 {_fmt_ms(p99_obs)} ms > SLO {_fmt_ms(spec.slo_ms)} ms at "
                     f"{_fmt_rate(rps)} rps"
                 )
+        # Just after a scale-up the windowed rate still holds the backlog the new replicas
+        # drained: wait for it to settle unless the queue is still growing.
+        recent_up = state.last_scale_up_s is not None and not settled
+        if rec > cur_n and recent_up and growth <= STEADY_RATE_CHANGE * rps:
+            notes.append(f"{rec} replicas suggested; waiting for the last scale-up to show")
+            rec = cur_n
         rec = min(max(rec, spec.min_replicas), spec.max_replicas)
         if not recs:  # no history: the running count is the recommendation to wait out
             recs = ((t, cur_n),)
@@ -312,12 +354,12 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     rate = plan_rps / serving
     if spec.tune_delay:
         cur_d = min(max(obs.delay_us, spec.min_delay_us), spec.max_delay_us)
-        new_d = model.best_delay(rate)
+        new_d = model.best_delay(rate, cur_d)
         cur_p = model.at(rate, cur_d)
         new_p = model.at(rate, new_d)
         rel = abs(new_d - cur_d) / max(cur_d, new_d, 1)
         gpu_gain = 1 - new_p.gpu_ms_per_inference / cur_p.gpu_ms_per_inference
-        cur_late = _p99(cur_p, correction) > model.target or obs.p99_ms > spec.slo_ms
+        cur_late = _p99(cur_p, correction) > model.target or p99_obs > spec.slo_ms
         lat_gain = _p99(new_p, correction) < _p99(cur_p, correction) * 0.9
         worth = rel >= DELAY_MIN_CHANGE and (
             gpu_gain >= GPU_MIN_GAIN or (new_d < cur_d and (cur_late or lat_gain))
@@ -346,6 +388,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         p99_correction=correction,
         last_time_s=t,
         last_pending=obs.pending,
+        last_rps=rps,
+        rps_slope=slope,
         last_scale_up_s=t if kind_r == "scale-up" else state.last_scale_up_s,
         last_scale_down_s=t if kind_r == "scale-down" else state.last_scale_down_s,
         last_delay_change_s=t if kind_d else state.last_delay_change_s,
@@ -357,9 +401,9 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         parts.append(why_d)
     if not parts:
         parts.append(
-            f"steady: p99 {_fmt_ms(obs.p99_ms)} ms (SLO {_fmt_ms(spec.slo_ms)} ms) at "
+            f"steady: p99 {_fmt_ms(p99_obs)} ms (SLO {_fmt_ms(spec.slo_ms)} ms) at "
             f"{_fmt_rate(rps)} rps on {cur_n} replicas, delay {obs.delay_us:,} us, "
-            f"batch {obs.avg_batch:.1f}"
+            f"batch {obs.avg_batch or 0:.1f}"
         )
     reason = "; ".join(parts + notes)
     kind = "+".join(k for k in (kind_r, kind_d) if k) or "hold"

@@ -80,6 +80,9 @@ class TuningState:
     # The previous tick's time and pending requests, to see a backlog grow (demand > served).
     last_time_s: float | None = None
     last_pending: float | None = None
+    # The previous tick's request rate and the smoothed growth of the rate (req/s per second).
+    last_rps: float | None = None
+    rps_slope: float = 0.0
 
 
 @dataclass(frozen=True)
