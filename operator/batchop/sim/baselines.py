@@ -238,9 +238,11 @@ def oracle_policy(
         while minute < horizon:
             n = max(n, need(trace.max_rate(max(minute, t), minute + 60.0))[0])
             minute += 60.0
-        # Delay: the cheapest that meets the SLO for the pods ready until the next tick.
+        # Delay: the cheapest that meets the SLO for the pods serving until the next tick
+        # (after a scale-down only n remain; after a scale-up the new ones are not ready yet).
         rate_now = trace.max_rate(t, t + interval_s)
-        got = table.best(rate_now / max(1, obs.ready_replicas), slo_ms)
+        serving = max(1, min(n, obs.ready_replicas))
+        got = table.best(rate_now / serving, slo_ms)
         delay = got[0] if got is not None else spec.min_delay_us
         why = f"oracle: {rate_now:.0f} rps next, {n} replicas, {delay} us"
         return Decision(n, delay, why, state, kind=_kind(obs, n, delay))
