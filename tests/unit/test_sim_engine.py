@@ -191,3 +191,25 @@ def test_same_seed_same_result() -> None:
     _, c = run(LINEAR, constant_trace(300, 60), delay_us=500, seed=14)
     assert a == b
     assert a["requests"] != c["requests"]
+
+
+def test_scale_down_drains_the_removed_pods_queue_and_loses_nothing() -> None:
+    spec = TuningSpec(slo_ms=50, max_batch_size=16, start_replicas=3, interval_s=30)
+    to_one = SimPolicy("static", static_policy(0, 1))
+    sim = simulate(LINEAR, constant_trace(600, 90), spec, to_one, SimConfig(seed=15))
+    res = summarize(sim, 50)
+    gone = [p for p in sim.pods if p.removed_s is not None]
+    assert len(gone) == 2 and all(p.removed_s == 30.0 for p in gone)
+    assert res["dropped"] == 0 and np.isfinite(latencies(sim)).all()
+    on_gone = np.isin(sim.store.replica[: sim.store.n], [p.id for p in gone])
+    assert sim.store.arrival[: sim.store.n][on_gone].max() < 30.0
+    assert res["gpu_seconds"] == pytest.approx(90 + 2 * 30)
+
+
+def test_requests_with_no_ready_pod_are_dropped() -> None:
+    spec = TuningSpec(slo_ms=50, max_batch_size=16, start_replicas=1, min_replicas=0)
+    to_zero = SimPolicy("static", static_policy(0, 0))
+    sim = simulate(LINEAR, constant_trace(100, 60), spec, to_zero, SimConfig(seed=16))
+    res = summarize(sim, 50)
+    after = np.count_nonzero(sim.store.arrival[: sim.store.n] >= 30.0)
+    assert res["dropped"] == after > 0

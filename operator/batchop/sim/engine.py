@@ -175,9 +175,7 @@ def simulate(
             lo = int(np.searchsorted(store.arrival[: store.n], t, side="left"))
             hi = int(np.searchsorted(store.arrival[: store.n], t_next, side="left"))
             new = np.arange(lo, hi)
-        shares = _spread(new, len(ready), rng)
-        if not ready:
-            run.dropped += len(new)
+        shares = _spread(new, len(ready), rng)  # none ready: never answered, so dropped
         answered = []
         for k, rep in enumerate(ready):
             if len(shares[k]) == 0 and len(rep.pending) == 0:
