@@ -11,6 +11,7 @@ def plot_timeline(result: dict[str, Any], path: str | Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rows = result["timeline"]
     t = [r["t"] / 60.0 for r in rows]
@@ -28,6 +29,7 @@ def plot_timeline(result: dict[str, Any], path: str | Path) -> None:
     axes[3].step(t, [r["replicas"] for r in rows], where="post", label="desired")
     axes[3].step(t, [r["ready"] for r in rows], where="post", label="ready", linestyle="--")
     axes[3].set_ylabel("replicas")
+    axes[3].yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[3].set_xlabel("time (min)")
     axes[3].legend(loc="upper right")
     title = " · ".join(str(result.get(k, "")) for k in ("policy", "profile", "trace"))
