@@ -45,5 +45,9 @@ dashboard: install
 demo: install cluster-binaries
 	$(BIN)/batchop demo --report reports/demo
 
+bench: install
+	$(BIN)/batchop bench --out bench/results
+	$(BIN)/python bench/sim_speed.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info operator/*.egg-info
