@@ -41,6 +41,7 @@ SETTLE_INTERVALS = 3  # after a change, windowed rates and p99 mix old and new t
 STABILISATION_S = 300.0  # scale-down window (max of recommendations), as the HPA's default
 DELAY_MIN_CHANGE = 0.2  # relative delay change below which no reload is worth it
 GPU_MIN_GAIN = 0.05  # GPU time per inference a delay change must save
+DELAY_UP_WINDOW_S = 120.0  # the delay rises only when every recommendation this long agrees
 UP_MARGIN = 0.9  # a longer delay must keep p99 under this share of the target
 NEAR_BEST = 0.02  # delays within this of the best GPU time count as equal; take the smallest
 CORRECTION_ALPHA = 0.3  # EWMA weight of a new observed/predicted p99 ratio
@@ -211,27 +212,21 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     starting = obs.starting_replicas
     dt = t - state.last_time_s if state.last_time_s is not None else 0.0
 
-    # 2. Learn: the curve from this tick, then the model's correction at the running config.
-    buckets = state.curve
-    if rps > 0 and ready > 0 and obs.avg_batch is not None and obs.compute_ms is not None:
-        buckets = curve_mod.update(buckets, obs.avg_batch, obs.compute_ms)
-    latency = _latency(spec, buckets)
-    if latency is None:  # no prior and nothing observed yet: wait for traffic
-        return _hold(
-            obs,
-            spec,
-            replace(state, curve=buckets),
-            "holding: no batch-latency data yet (no traffic and no profile)",
-        )
+    # 2. Is this a steady state? Rates and p99 are windowed: after a change (or while
+    # replicas start) they mix old and new, and only a steady state teaches anything.
     settled_since = max(
         (
             x
-            for x in (state.last_scale_up_s, state.last_scale_down_s, state.last_delay_change_s)
+            for x in (
+                state.last_scale_up_s,
+                state.last_scale_down_s,
+                state.last_delay_change_s,
+                state.last_starting_s,
+            )
             if x is not None
         ),
         default=-math.inf,
     )
-    # Rates and p99 are windowed: after a change they mix old and new for a while.
     settled = starting == 0 and t - settled_since >= SETTLE_INTERVALS * spec.interval_s
     growth = 0.0  # how fast the queue grew: arrivals beyond what was served
     if obs.pending is not None and state.last_pending is not None and dt > 0:
@@ -239,7 +234,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     slope = state.rps_slope * 0.5
     if settled and state.last_rps is not None and dt > 0:
         slope += 0.5 * (rps - state.last_rps) / dt
-    correction = state.p99_correction
+    breaches = state.slo_breaches + 1 if settled and p99_obs > spec.slo_ms else 0
     steady = (
         settled
         and rps > 0
@@ -249,7 +244,22 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         and abs(rps - state.last_rps) <= STEADY_RATE_CHANGE * rps
         and abs(growth) <= STEADY_RATE_CHANGE * rps
     )
-    if steady:  # only a steady state says something about the model's error
+
+    # Learn the curve (pods running different batch sizes would bias the aggregate point),
+    # then the model's correction at the running configuration.
+    buckets = state.curve
+    if steady and obs.avg_batch is not None and obs.compute_ms is not None:
+        buckets = curve_mod.update(buckets, obs.avg_batch, obs.compute_ms)
+    latency = _latency(spec, buckets)
+    if latency is None:  # no prior and no steady state seen yet
+        return _hold(
+            obs,
+            spec,
+            replace(state, curve=buckets, last_time_s=t, last_pending=obs.pending, last_rps=rps),
+            "holding: no batch-latency data yet (no profile, no steady traffic seen)",
+        )
+    correction = state.p99_correction
+    if steady:
         pred = predict(rps / ready, obs.delay_us, spec.max_batch_size, latency)
         ratio = p99_obs / pred.p99_ms if pred.stable else math.inf
         if CORRECTION_BOUNDS[0] / 2 <= ratio <= CORRECTION_BOUNDS[1] * 2:
@@ -260,7 +270,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # Demand: served + queue growth (arrivals = served + d pending/dt). When the queue grows,
     # the replicas serve at capacity and the windowed rate still lags behind: count capacity.
     demand = max(0.0, rps + growth)
-    if growth > STEADY_RATE_CHANGE * rps and ready > 0:
+    if settled and growth > STEADY_RATE_CHANGE * rps and ready > 0:
         at_capacity = MAX_UTILISATION * capacity_rps(spec.max_batch_size, latency) * ready
         demand = max(demand, at_capacity + growth)
     # A rising rate keeps rising while new replicas start: look ahead along the trend (only
@@ -296,9 +306,10 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         # The observed p99 overrides the model when it breaks the SLO and nothing is pending.
         # The observed p99 is a window too: only trust it once the last change has settled.
         delay_explains = spec.tune_delay and p99_obs - obs.delay_us / 1000.0 <= model.target
-        if p99_obs > spec.slo_ms and settled and rps > 0 and not delay_explains and rec <= cur_n:
-            # HPA-like: grow in proportion to the excess, at most doubling per tick.
-            factor = min(2.0, p99_obs / spec.slo_ms)
+        # It must persist: one bad window may be a burst or a backlog already draining.
+        if breaches >= 2 and rps > 0 and not delay_explains and rec <= cur_n:
+            # HPA-like: grow in proportion to the excess, at most by half per tick.
+            factor = min(1.5, p99_obs / spec.slo_ms)
             forced = cur_n + max(1, math.ceil(cur_n * (factor - 1)))
             if forced > rec:
                 rec = forced
@@ -308,10 +319,14 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
                 )
         # Just after a scale-up the windowed rate still holds the backlog the new replicas
         # drained: wait for it to settle unless the queue is still growing.
-        recent_up = state.last_scale_up_s is not None and not settled
+        up_since = max(state.last_scale_up_s or -math.inf, state.last_starting_s or -math.inf)
+        recent_up = t - up_since < SETTLE_INTERVALS * spec.interval_s
         if rec > cur_n and recent_up and growth <= STEADY_RATE_CHANGE * rps:
             notes.append(f"{rec} replicas suggested; waiting for the last scale-up to show")
             rec = cur_n
+        if breaches == 1:
+            notes.append(f"p99 {_fmt_ms(p99_obs)} ms > SLO {_fmt_ms(spec.slo_ms)} ms: acting "
+                         "if the next tick confirms it")
         rec = min(max(rec, spec.min_replicas), spec.max_replicas)
         if not recs:  # no history: the running count is the recommendation to wait out
             recs = ((t, cur_n),)
@@ -348,6 +363,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
 
     # 4. Delay, for the replicas that will serve (the fewer of ready and desired).
     delay = obs.delay_us
+    delay_recs = state.delay_recommendations
     kind_d = ""
     why_d = ""
     serving = max(1, min(replicas, ready) if ready > 0 else replicas)
@@ -355,6 +371,12 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     if spec.tune_delay:
         cur_d = min(max(obs.delay_us, spec.min_delay_us), spec.max_delay_us)
         new_d = model.best_delay(rate, cur_d)
+        # Cut at once, raise slowly: up only to the least delay recommended in the window.
+        delay_recs = tuple(
+            (ts, d) for ts, d in state.delay_recommendations if ts > t - DELAY_UP_WINDOW_S
+        ) + ((t, new_d),)
+        if new_d > cur_d:
+            new_d = max(cur_d, min(d for _, d in delay_recs))
         cur_p = model.at(rate, cur_d)
         new_p = model.at(rate, new_d)
         rel = abs(new_d - cur_d) / max(cur_d, new_d, 1)
@@ -390,6 +412,9 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         last_pending=obs.pending,
         last_rps=rps,
         rps_slope=slope,
+        delay_recommendations=delay_recs,
+        last_starting_s=t if starting > 0 else state.last_starting_s,
+        slo_breaches=breaches,
         last_scale_up_s=t if kind_r == "scale-up" else state.last_scale_up_s,
         last_scale_down_s=t if kind_r == "scale-down" else state.last_scale_down_s,
         last_delay_change_s=t if kind_d else state.last_delay_change_s,

@@ -83,6 +83,12 @@ class TuningState:
     # The previous tick's request rate and the smoothed growth of the rate (req/s per second).
     last_rps: float | None = None
     rps_slope: float = 0.0
+    # The last tick that saw replicas still starting (their effect shows only after).
+    last_starting_s: float | None = None
+    # Consecutive settled ticks whose observed p99 broke the SLO.
+    slo_breaches: int = 0
+    # Recent recommended delays with their times: the delay rises only to their minimum.
+    delay_recommendations: tuple[tuple[float, int], ...] = ()
 
 
 @dataclass(frozen=True)
