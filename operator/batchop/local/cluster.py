@@ -332,14 +332,19 @@ class LocalCluster:
             kept = build.cache_root() / "logs" / f"failed-{self.name}"
             shutil.rmtree(kept, ignore_errors=True)
             shutil.copytree(logs, kept)
-        self._kwokctl(["delete", "cluster", "--kubeconfig", ""], binaries, timeout=120)
+        self._kwokctl(self._delete_args(), binaries, timeout=120)
+
+    def _delete_args(self) -> list[str]:
+        # kwokctl removes the cluster's context from --kubeconfig (default ~/.kube/config, and
+        # an empty value is an error): point it at the cluster's own file, deleted anyway.
+        return ["delete", "cluster", "--kubeconfig", str(self.kubeconfig)]
 
     def down(self) -> bool:
         """Stop and delete the cluster; False when there was none."""
         if not self.exists():
             return False
         binaries = build.ensure_binaries(self._say)
-        result = self._kwokctl(["delete", "cluster", "--kubeconfig", ""], binaries, timeout=120)
+        result = self._kwokctl(self._delete_args(), binaries, timeout=120)
         if result.returncode != 0:
             raise ClusterError(
                 f"kwokctl delete cluster {self.name!r} failed: "
