@@ -116,10 +116,14 @@ class APIModel(BaseModel):
         return self
 
 
-def _default_object() -> dict[str, Any]:
-    # Emitted as `default: {}` so the API server fills in the nested defaults when the
-    # whole section is omitted (Kubernetes only defaults fields of objects that exist).
-    return {"default": {}}
+def _default_section(section: type[APIModel]) -> dict[str, Any]:
+    """`default:` for an optional section: the section with every field at its default.
+
+    Kubernetes defaults only the fields of objects that exist, so an omitted section needs a
+    default of its own; and the API server checks that default against the section's CEL
+    rules as written (without filling in nested defaults), so it must be complete.
+    """
+    return {"default": section().model_dump(by_alias=True, exclude_none=True, mode="json")}
 
 
 # --- spec ------------------------------------------------------------------------------------
@@ -490,27 +494,27 @@ class BatchedModelSpec(APIModel):
     model: ModelSpec = Field(description="The Triton model to serve.")
     server: ServerSpec = Field(
         default_factory=ServerSpec,
-        json_schema_extra=_default_object(),
+        json_schema_extra=_default_section(ServerSpec),
         description="The Triton server pods.",
     )
     scaling: ScalingSpec = Field(
         default_factory=ScalingSpec,
-        json_schema_extra=_default_object(),
+        json_schema_extra=_default_section(ScalingSpec),
         description="Replica count and its bounds.",
     )
     batching: BatchingSpec = Field(
         default_factory=BatchingSpec,
-        json_schema_extra=_default_object(),
+        json_schema_extra=_default_section(BatchingSpec),
         description="Dynamic batching queue delay and its bounds.",
     )
     slo: SLOSpec = Field(
         default_factory=SLOSpec,
-        json_schema_extra=_default_object(),
+        json_schema_extra=_default_section(SLOSpec),
         description="The latency objective.",
     )
     autotune: AutotuneSpec = Field(
         default_factory=AutotuneSpec,
-        json_schema_extra=_default_object(),
+        json_schema_extra=_default_section(AutotuneSpec),
         description="What batchop tunes, and how often.",
     )
 
