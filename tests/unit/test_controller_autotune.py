@@ -20,7 +20,7 @@ from batchop.controller.autotune import (
 from batchop.controller.handlers import slim_model
 from batchop.controller.tuning_loop import TuningLoop
 from batchop.observe.prometheus import ObservationParts, PrometheusUnavailable
-from batchop.tuning.types import Observation
+from batchop.tuning.types import Decision, Observation, TuningState
 
 NOW_S = 1_800_000_000.0
 
@@ -100,8 +100,13 @@ class FakeObserver:
         return self.parts
 
 
+def scale_to_max(obs: Observation, spec: Any, state: TuningState) -> Decision:
+    """A stand-in policy that always wants the most replicas and a 2 ms delay."""
+    return Decision(spec.max_replicas, 2000, "stand-in: max", state, kind="scale-up+delay-up")
+
+
 class Harness:
-    def __init__(self, parts: ObservationParts | None = None) -> None:
+    def __init__(self, parts: ObservationParts | None = None, decide: Any = None) -> None:
         self.w = World()
         self.w.handlers.reconcile(self.w.bm)
         dep = self.w.deployment()
@@ -119,6 +124,7 @@ class Harness:
             "http://127.0.0.1:9",
             observer_factory=lambda url: self.observer,
             reload=self.reload,
+            decide=decide,
             clock=lambda: self.now,
         )
 
@@ -155,15 +161,33 @@ def test_a_tick_records_metrics_and_conditions_and_brings_pods_to_the_delay() ->
 
 
 def test_a_recorded_decision_is_what_the_deployment_and_pods_get() -> None:
-    h = Harness(busy(p99_ms=400.0, rps=3000.0))  # far over the SLO: the policy must act
+    h = Harness(busy(p99_ms=400.0, rps=3000.0), decide=scale_to_max)
     h.loop.tick()
-    decision = h.w.cluster.model["status"].get("lastDecision")
-    assert decision is not None, h.w.cluster.model["status"]
-    assert decision["reason"]
+    decision = h.w.cluster.model["status"]["lastDecision"]
+    top = h.w.cluster.model["spec"]["scaling"]["maxReplicas"]
+    assert (decision["replicas"], decision["maxQueueDelayMicroseconds"]) == (top, 2000)
+    assert decision["reason"] == "stand-in: max"
     dep = h.w.deployment()
-    assert dep is not None and dep["spec"]["replicas"] == decision["replicas"]
-    assert h.reloads[-1][2] == desired_delay(slim_model(h.w.cluster.model))
+    assert dep is not None and dep["spec"]["replicas"] == top
+    assert h.reloads == [("127.10.0.2:8000", "cpu-demo", 2000)]
     assert ("Normal", "Tuned") in [(e[0], e[1]) for e in h.w.events]
+    # The next tick sees the same intent: nothing is done twice.
+    h.now += 3600
+    h.loop.tick()
+    assert len(h.reloads) == 1
+
+
+def test_the_real_policy_runs_in_the_loop() -> None:
+    h = Harness(busy(p99_ms=400.0, rps=3000.0))
+    for _ in range(6):
+        h.loop.tick()
+        h.now += 60
+    status = h.w.cluster.model["status"]
+    assert h.loop.states  # decide() returned a state that is fed back
+    decision = status.get("lastDecision")
+    if decision is not None:  # whatever it decided is what runs
+        dep = h.w.deployment()
+        assert dep is not None and dep["spec"]["replicas"] == decision["replicas"]
 
 
 def test_prometheus_down_holds_and_says_so() -> None:

@@ -61,6 +61,20 @@ def configure_logging(settings: Settings) -> None:
     kopf.configure(verbose=settings.verbose, log_format=fmt, log_refkey="object")
     for noisy in ("kubernetes", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not settings.verbose:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_quiet_watchers)
+
+
+def _quiet_watchers(record: logging.LogRecord) -> bool:
+    """Drop kopf's "Handler 'watch-…' succeeded." lines: one per pod or child event is noise;
+    their failures and everything else still log."""
+    message = str(record.msg)
+    return not (
+        message.startswith("Handler '")
+        and message.endswith("succeeded.")
+        and ("'watch-" in message or "'model-gone'" in message)
+    )
 
 
 def run(settings: Settings) -> int:

@@ -452,7 +452,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     @kopf.on.create(API_GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
     @kopf.on.update(API_GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
     @kopf.on.resume(API_GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
-    def reconcile(body: Any, reason: str, **kwargs: Any) -> dict[str, Any]:
+    def reconcile(body: Any, reason: str, **kwargs: Any) -> None:
         from batchop.controller.kube import APIError
 
         remember(**kwargs)
@@ -468,9 +468,9 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
             raise kopf.TemporaryError(str(exc), delay=30) from None
         if reason != "resume":
             post(bm, "Normal", "Reconciled", "; ".join(done) or "nothing to do")
-        return {"children": len(done)}
+        # Nothing returned: kopf would store a result in status, which is the API's.
 
-    @kopf.on.event(API_GROUP, VERSION, PLURAL, registry=registry)
+    @kopf.on.event(API_GROUP, VERSION, PLURAL, registry=registry, id="model-gone")
     def model_gone(type: str, body: Any, **_: Any) -> None:  # noqa: A002 - kopf's kwarg name
         if type == "DELETED":
             logic.forget(slim_model(body))
@@ -499,7 +499,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
             group, version, plural, labels=present, registry=registry, id=f"watch-{plural}"
         )(on_child)
 
-    @kopf.on.event("", "v1", "pods", labels=present, registry=registry)
+    @kopf.on.event("", "v1", "pods", labels=present, registry=registry, id="watch-pods")
     def on_pod(body: Any, **kwargs: Any) -> None:
         from batchop.controller.kube import APIError
 

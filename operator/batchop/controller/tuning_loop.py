@@ -67,6 +67,7 @@ class TuningLoop:
         *,
         observer_factory: Callable[[str], Any] | None = None,
         reload: Callable[[str, str, int], Any] | None = None,
+        decide: Callable[..., Any] | None = None,
         clock: Callable[[], float] = time.time,
         poll_s: float = 5.0,
     ) -> None:
@@ -76,6 +77,7 @@ class TuningLoop:
         self.prometheus_url = prometheus_url
         self.observer_factory = observer_factory or _prometheus_observer
         self.reload = reload or _reload
+        self.decide = decide or _decide
         self.clock = clock
         self.poll_s = poll_s
         self.states: dict[ModelKey, TuningState] = {}
@@ -164,7 +166,6 @@ class TuningLoop:
         self, bm: Mapping[str, Any], parts: Mapping[ModelKey, Any], missing: str | None, now: float
     ) -> None:
         from batchop.observe.prometheus import build_observation
-        from batchop.tuning import decide
 
         key = _key(bm)
         spec = tuning_spec(bm)
@@ -187,7 +188,7 @@ class TuningLoop:
         )
         if missing is None and parts.get(key) is None:
             missing = "no Triton series for this model in Prometheus yet"
-        decision = decide(obs, spec, self.states.get(key, TuningState()))
+        decision = self.decide(obs, spec, self.states.get(key, TuningState()))
         self.states[key] = decision.state
         when = datetime.fromtimestamp(now, UTC)
         applied = applied_delay(pods)
@@ -243,6 +244,12 @@ def _prometheus_observer(url: str) -> Any:
     from batchop.observe.prometheus import PrometheusObserver
 
     return PrometheusObserver(url)
+
+
+def _decide(obs: Any, spec: Any, state: TuningState) -> Any:
+    from batchop.tuning import decide
+
+    return decide(obs, spec, state)
 
 
 def _reload(url: str, model: str, delay_us: int) -> Any:
