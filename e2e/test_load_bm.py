@@ -1,0 +1,130 @@
+"""`batchop load --bm`: targets are the BatchedModel's Ready pods, found through the API server.
+
+A real local cluster (KWOK gives the pods 127.10.x.y addresses and marks them Ready); this test
+plays the pod runner itself by starting a real tritonserver on each pod's address, so the
+generator's discovery and spreading are checked end to end without the rest of the stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchop.api.constants import LABEL_MODEL
+from batchop.local.load import BatchedModelPods
+from batchop.local.triton import TritonProcess, write_model_repository
+from batchop.sim.profile import load_profile
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "examples" / "profiles" / "cpu-demo.yaml"
+MODEL = "synthload"  # the Triton model name the BatchedModel declares
+
+
+def _bm(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batchop.io/v1alpha1",
+        "kind": "BatchedModel",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {"name": MODEL, "repository": "s3://models/zoo", "maxBatchSize": 32},
+            "server": {"gpus": 0},
+            "scaling": {"replicas": 2, "minReplicas": 1, "maxReplicas": 2},
+            "autotune": {"queueDelay": False, "replicas": False},
+        },
+    }
+
+
+def _pod(name: str, namespace: str, bm: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MODEL: bm}},
+        "spec": {"containers": [{"name": "tritonserver", "image": "triton:none"}]},
+    }
+
+
+def _ready_ips(cluster: Any, namespace: str, bm: str, want: int) -> list[str]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", f"{LABEL_MODEL}={bm}")
+        ips = [
+            p["status"]["podIP"] for p in pods["items"]
+            if p["status"].get("podIP")
+            and any(c["type"] == "Ready" and c["status"] == "True"
+                    for c in p["status"].get("conditions", []))
+        ]
+        if len(ips) >= want:
+            return sorted(ips)
+        time.sleep(0.5)
+    raise AssertionError(f"pods of {namespace}/{bm} not Ready with an IP after 120 s")
+
+
+@pytest.fixture
+def namespace(cluster: Any) -> Iterator[str]:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f",
+                    str(ROOT / "crds" / "batchedmodel.yaml"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    "crd/batchedmodels.batchop.io")
+    ns = f"load-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", ns)
+    yield ns
+    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_load_spreads_over_ready_pods_of_the_batchedmodel(
+    cluster: Any, namespace: str, tmp_path: Path
+) -> None:
+    objs = [_bm("demo", namespace), _bm("other", namespace),
+            _pod("demo-a", namespace, "demo"), _pod("demo-b", namespace, "demo"),
+            _pod("other-a", namespace, "other")]
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                        "items": objs}))
+    ips = _ready_ips(cluster, namespace, "demo", 2)
+    assert all(ip.startswith("127.") for ip in ips)
+
+    source = BatchedModelPods(namespace, "demo", str(cluster.kubeconfig))
+    targets = asyncio.run(source.targets())
+    assert [t.url for t in targets] == [f"{ip}:8000" for ip in ips]
+    assert {t.model for t in targets} == {MODEL}  # from the BatchedModel's spec.model.name
+
+    repo = tmp_path / "repo"
+    write_model_repository(repo, MODEL, load_profile(PROFILE), max_queue_delay_us=1000)
+    servers = [TritonProcess(repo, address=ip, load_models=[MODEL],
+                             log_path=tmp_path / f"{ip}.log") for ip in ips]
+    for s in servers:
+        s.start()
+    try:
+        for s in servers:
+            s.wait_ready(120)
+        out = tmp_path / "load.json"
+        proc = subprocess.run(
+            [sys.executable, "-m", "batchop", "load", "--rps", "80", "--duration", "4",
+             "--bm", f"{namespace}/demo", "--kubeconfig", str(cluster.kubeconfig),
+             "--json", str(out)],
+            capture_output=True, text=True, timeout=180,
+        )
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(out.read_text())
+    finally:
+        for s in servers:
+            s.stop()
+    assert report["failed"] == 0 and report["ok"] == report["requests"] > 100
+    assert report["targets"] == [f"{ip}:8000" for ip in ips]
+    per_target = {u: report["records"]["target"].count(u) for u in report["targets"]}
+    assert min(per_target.values()) >= report["requests"] // 2 - 1  # round-robin
+
+    # a pod that goes away stops being a target
+    cluster.kubectl("delete", "pod", "demo-b", "-n", namespace, "--wait=true")
+    remaining = asyncio.run(source.targets())
+    assert len(remaining) == 1
