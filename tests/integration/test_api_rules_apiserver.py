@@ -74,3 +74,20 @@ def test_api_server_accepts_valid_specs_and_defaults_them_like_pydantic(
             "spec"
         ]
     )
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(manifest=valid_manifests())
+def test_api_server_accepts_the_rendered_children(api: Any, manifest: dict[str, Any]) -> None:
+    """Beyond the OpenAPI schema: the API server's own semantic validation of each child."""
+    from batchop.render import RenderOptions, render_children
+
+    manifest = {**manifest, "metadata": {**manifest["metadata"], "namespace": "default"}}
+    children = render_children(parse_batched_model(manifest), RenderOptions(pod_monitor=False))
+    body = json.dumps({"apiVersion": "v1", "kind": "List", "items": children})
+    result = api.kubectl("create", "--dry-run=server", "-f", "-", input=body, check=False)
+    assert result.returncode == 0, result.stderr
