@@ -161,13 +161,16 @@ def test_controller_sees_scraped_rates_close_to_truth() -> None:
     assert late.replicas == 2 and late.ready_replicas == 2 and late.delay_us == 1000
 
 
-def test_closed_loop_offers_the_trace_rate_when_answers_are_fast() -> None:
-    _, res = run(LINEAR, constant_trace(200, 60), replicas=2, delay_us=0, clients=20, seed=10)
-    assert res["requests"] / 60 == pytest.approx(200, rel=0.08)
-    # and throttles itself when the server cannot keep up: 4 clients, 4 ms per answer at
+def test_closed_loop_follows_littles_law() -> None:
+    # 20 clients, think time mean 20 / 200 rps = 100 ms: throughput = N / (think + latency).
+    _, res = run(LINEAR, constant_trace(200, 20), replicas=2, delay_us=2000, clients=20, seed=10)
+    cycle = 20 / 200 + res["mean_ms"] / 1000
+    assert res["requests"] / 20 == pytest.approx(20 / cycle, rel=0.06)
+    # and it throttles itself when the server cannot keep up: 4 clients, 4 ms per answer at
     # best, think time 4/2000 s -> at most 4 / 6 ms per second.
-    _, slow = run(LINEAR, constant_trace(2000, 20), batching=False, clients=4, seed=11)
-    assert slow["requests"] / 20 < 4 / 0.006
+    _, slow = run(LINEAR, constant_trace(2000, 5), batching=False, clients=4, seed=11)
+    assert slow["requests"] / 5 < 4 / 0.006
+    assert slow["requests"] / 5 == pytest.approx(4 / (0.002 + slow["mean_ms"] / 1000), rel=0.06)
     assert slow["dropped"] == 0
 
 

@@ -135,6 +135,9 @@ def advance(
             starts_l, sizes_l, durs_l = _batches_single(rep, a, until, cfg, lat_s)
         else:
             starts_l, sizes_l, durs_l = _batches_multi(rep, a, until, cfg, lat_s)
+        if not sizes_l:
+            rep.pending = idx
+            return idx[:0]
         starts = np.asarray(starts_l)
         sizes = np.asarray(sizes_l, dtype=np.int32)
         durs = np.asarray(durs_l)

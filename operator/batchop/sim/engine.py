@@ -45,7 +45,10 @@ class SimConfig:
     summary_window_s: float = 60.0  # Triton summary quantiles' sliding window
     drain_s: float = 60.0  # requests unfinished this long after the trace ends are dropped
     timeline_step_s: float = 10.0
-    closed_loop_step_s: float = 0.01
+    # Closed loop: slice length. None = the profile's batch-1 latency, which is exact (an
+    # answer cannot come back within the slice its request started in); longer is faster but
+    # delays a client's next send to the end of the slice its answer arrived in.
+    closed_loop_step_s: float | None = None
     progress: Callable[[float], None] | None = None  # called with the fraction done
 
 
@@ -145,13 +148,15 @@ def simulate(
     cluster = _Cluster(profile, spec, cfg)
     closed = config.clients is not None and config.clients > 0
     if closed:
-        store = RequestStore(capacity=int(trace.mean_rate(0, trace.end) * trace.end * 1.1) + 1024)
+        expected = trace.mean_rate(0, trace.end) * trace.end * 1.1
+        store = RequestStore(capacity=int(min(expected, 1 << 20)) + 1024)  # grows as needed
         clients = _Clients(int(config.clients or 0), trace, rng)
     else:
         if arrivals is None:
             arrivals = poisson_arrivals(trace, rng)
         store = RequestStore(np.asarray(arrivals, dtype=float))
     interval = policy.interval_s or spec.interval_s
+    step = config.closed_loop_step_s or max(1e-4, lat_s[1])
     end = trace.end
     state = TuningState()
     samples: list[Sample] = []
@@ -166,7 +171,7 @@ def simulate(
         nexts = [next_scrape, next_tick, end]
         nexts += [r.ready_s for r in cluster.active if r.ready_s > t]
         if closed:
-            nexts.append(t + config.closed_loop_step_s)
+            nexts.append(t + step)
         t_next = min(nexts)
         ready = cluster.ready(t)
         if closed:
@@ -234,6 +239,11 @@ def _spread(new: np.ndarray, n_ready: int, rng: np.random.Generator) -> list[np.
         return []
     if n_ready == 1:
         return [new]
+    if len(new) == 0:
+        return [new] * n_ready
+    if len(new) == 1:
+        k = int(rng.integers(0, n_ready))
+        return [new if i == k else new[:0] for i in range(n_ready)]
     choice = rng.integers(0, n_ready, size=len(new))
     order = np.argsort(choice, kind="stable")
     bounds = np.searchsorted(choice[order], np.arange(n_ready + 1))
@@ -260,8 +270,8 @@ class _Clients:
 
     Think time is exponential with mean clients / rate(t), so that with fast answers the
     offered load follows the trace, and when the server slows down the load falls with it (as
-    it does for real users). Answers are noticed at the end of the step they arrive in, so a
-    client's next send can be late by at most `closed_loop_step_s`.
+    it does for real users). Answers are noticed at the end of the slice they arrive in; with
+    the default slice (batch-1 latency) that is never later than the next send.
     """
 
     def __init__(self, n: int, trace: Trace, rng: np.random.Generator) -> None:
@@ -281,7 +291,10 @@ class _Clients:
         return np.where((t >= seconds[0]) & (t < seconds[-1]), rps[i], 0.0)
 
     def _after(self, t: np.ndarray) -> np.ndarray:
-        rates = self._rates(t)
+        if len(t) <= 8:  # a few answers per slice: plain Python is cheaper than numpy
+            rates = np.array([self.trace.rate_at(x) for x in t.tolist()])
+        else:
+            rates = self._rates(t)
         mean = np.where(rates > 0, self.n / np.maximum(rates, 1e-12), np.inf)
         return t + self.rng.exponential(1.0, len(t)) * mean
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import csv
 import math
+from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 
 class TraceError(ValueError):
@@ -36,8 +35,7 @@ class Trace:
         """Offered rate at time t; 0 outside the trace."""
         if t < self.seconds[0] or t >= self.seconds[-1]:
             return 0.0
-        i = int(np.searchsorted(self.seconds, t, side="right")) - 1
-        return self.rps[i]
+        return self.rps[bisect_right(self.seconds, t) - 1]
 
     def max_rate(self, t0: float, t1: float) -> float:
         """Highest rate anywhere in [t0, t1)."""
