@@ -23,7 +23,7 @@ import yaml
 
 from batchop.api.constants import LABEL_MODEL
 from batchop.api.models import parse_batched_model
-from batchop.local.load import BatchedModelPods, run_load
+from batchop.local.load import StaticTargets, run_load
 from batchop.local.triton import write_model_repository
 from batchop.render import RenderOptions, render_children
 from batchop.sim.profile import load_profile
@@ -106,7 +106,9 @@ def test_prometheus_scrapes_pods_and_observer_sees_load(
         assert t["labels"]["namespace"] == NAMESPACE
         assert t["labels"]["pod"].startswith(NAME)
         assert t["labels"]["container"] == "tritonserver"
-    source = BatchedModelPods(NAMESPACE, NAME, kubeconfig=str(cluster.kubeconfig))
+    # No BatchedModel object here (no operator): target the Ready pods' addresses directly.
+    urls = [f"{p['status']['podIP']}:8000" for p in _pods(cluster) if _ready(p)]
+    source = StaticTargets(urls, NAME)
     report = asyncio.run(run_load(constant_trace(60.0, 20.0), source, keep_records=False))
     assert report["ok"] > 0 and report["failed"] == 0, report["errors"]
     assert len(report["targets"]) == 2  # spread over both pods
