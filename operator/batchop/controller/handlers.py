@@ -341,11 +341,10 @@ class Handlers:
             ctype = cond["type"]
             if ctype not in OWNED_CONDITIONS or before.get(ctype) == cond["status"]:
                 continue
-            bad = (ctype == "Ready" and cond["status"] == "False") or (
-                ctype in ("Degraded", "CapacityLimited") and cond["status"] == "True"
-            )
+            # Ready=False is often a scale-up under way: Normal; these two need a human.
+            bad = ctype in ("Degraded", "CapacityLimited") and cond["status"] == "True"
             first = ctype not in before
-            if ctype == "Progressing" or (first and (ctype == "Ready" or not bad)):
+            if ctype == "Progressing" or (first and not bad):
                 continue  # routine: a rollout, a new model not ready yet, a first "all fine"
             self.post(
                 bm,
