@@ -48,7 +48,7 @@ def open_loop(profile: Profile, slo_ms: float) -> list[str]:
             v = table.busy_ms[j][k]
             return "-" if not math.isfinite(v) else f"{v:.3f}"
 
-        rows.append(f"| {d} | {best:,.0f} | {at(0.2)} | {at(0.6)} |")
+        rows.append(f"| {d} | {f'{best:,.0f}' if best else 'none'} | {at(0.2)} | {at(0.6)} |")
     return rows
 
 
