@@ -147,9 +147,12 @@ def test_bench_writes_a_table_with_ratios(inputs: tuple[Path, Path], tmp_path: P
             "1",
             "--out",
             str(out),
+            "--plot-policies",
+            "hpa",
         ]
     )
     assert code == 0
+    assert (out / "plots" / "tiny-steps-hpa.png").is_file()
     rows = json.loads((out / "bench.json").read_text())["rows"]
     assert {r["policy"] for r in rows} == {"hpa", "aimd"}
     hpa = next(r for r in rows if r["policy"] == "hpa")

@@ -61,6 +61,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--jobs", type=int, default=2, help="processes (at most 2)")
     p.add_argument("--out", default="bench/results", help="folder for bench.md and bench.json")
+    p.add_argument(
+        "--plot-policies",
+        nargs="*",
+        default=["batchop"],
+        choices=POLICIES,
+        help="draw OUT/plots/<profile>-<trace>-<policy>.png for these policies",
+    )
     p.set_defaults(func=run)
 
 
@@ -109,6 +116,11 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
             simulate(profile, trace, spec, policy, SimConfig(seed=job["seed"])), job["slo_ms"]
         )
         row.update({k: result[k] for k in RESULT_KEYS})
+        if job.get("plot_dir"):
+            from batchop.sim.plot import plot_timeline
+
+            name = f"{job['profile_name']}-{job['trace_name']}-{job['policy']}.png"
+            plot_timeline(result, Path(job["plot_dir"]) / name)
     except Exception as exc:  # a policy bug must not sink the whole table
         row["error"] = f"{type(exc).__name__}: {exc}"
     row["wall_s"] = round(time.perf_counter() - started, 2)
@@ -169,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
                         "seed": args.seed,
                         "start_replicas": static_n if policy == "static" else 1,
                         "static_replicas": static_n,
+                        "plot_dir": str(Path(args.out) / "plots")
+                        if policy in args.plot_policies
+                        else None,
                     }
                 )
     rows: list[dict[str, Any]] = []
