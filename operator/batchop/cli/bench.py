@@ -266,4 +266,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"| {f('avg_batch_size', '.1f')} | {r.get('max_replicas_used', '-')} "
             f"| {f('x_oracle', '.2f')} | {f('x_hpa', '.2f')} | {target} |\n"
         )
-    return head + "".join(lines)
+    legend = (
+        "\nwindow att.: share of 60 s windows whose p99 <= SLO; SLO att.: share of requests "
+        "within the SLO; GPU-s: GPUs allocated x time (starting pods included); busy GPU-s: "
+        "time executing; x oracle / x hpa: GPU-s relative to those policies on the same row "
+        "group. targets (issue 4, batchop rows): window att. >= 0.99, <= 1.15 x oracle, "
+        "<= 0.8 x hpa and window att. >= hpa's.\n"
+    )
+    return head + "".join(lines) + legend
