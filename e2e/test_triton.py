@@ -29,6 +29,7 @@ from batchop.act.triton_reload import (
 from batchop.local.load import StaticTargets, run_load
 from batchop.local.triton import TritonProcess, write_model_repository
 from batchop.local.triton.metrics import scrape
+from batchop.local.triton.process import session_pids
 from batchop.sim.profile import load_profile
 from batchop.sim.trace import constant_trace
 
@@ -137,3 +138,17 @@ def test_cli_load_direct_mode(server: TritonProcess, tmp_path: Path) -> None:
     assert len(report["records"]["send_s"]) == report["requests"]
     assert report["targets"] == [server.url]
     assert report["p99_ms"] >= report["p50_ms"] > 0
+
+
+def test_stop_ends_the_server_and_its_python_stub(tmp_path: Path) -> None:
+    write_model_repository(tmp_path / "repo", MODEL, load_profile(PROFILE))
+    triton = TritonProcess(tmp_path / "repo", address=f"127.0.77.{next(_ADDRESSES)}",
+                           load_models=[MODEL])
+    with triton:
+        pid = triton.proc.pid
+        names = {Path(f"/proc/{p}/comm").read_text().strip() for p in session_pids(pid)}
+        assert "tritonserver" in names
+        assert any(n.startswith("triton_python") for n in names)  # the stub (comm is cut)
+    assert triton.proc.returncode is not None
+    assert session_pids(pid) == []
+    assert not triton.is_ready()
