@@ -170,10 +170,13 @@ def simulate(
     while t < end:
         nexts = [next_scrape, next_tick, end]
         nexts += [r.ready_s for r in cluster.active if r.ready_s > t]
-        if closed:
-            nexts.append(t + step)
-        t_next = min(nexts)
         ready = cluster.ready(t)
+        if closed:
+            # Answers are handed back as batches form, so with every queue empty nothing
+            # happens before the next client sends: skip ahead to it.
+            quiet = all(len(r.pending) == 0 for r in ready)
+            nexts.append(max(t + step, clients.soonest) if quiet else t + step)
+        t_next = min(nexts)
         if closed:
             new = clients.send(t, t_next, store)
         else:
@@ -297,6 +300,11 @@ class _Clients:
             rates = self._rates(t)
         mean = np.where(rates > 0, self.n / np.maximum(rates, 1e-12), np.inf)
         return t + self.rng.exponential(1.0, len(t)) * mean
+
+    @property
+    def soonest(self) -> float:
+        """No idle client sends before this (a lower bound)."""
+        return self._soonest
 
     def send(self, t: float, t_next: float, store: RequestStore) -> np.ndarray:
         if self._asleep and self.trace.rate_at(t) > 0:  # the trace woke up after a zero rate
