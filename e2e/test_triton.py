@@ -126,15 +126,19 @@ def test_rejected_config_keeps_old_one_serving(server: TritonProcess) -> None:
 
 def test_cli_load_direct_mode(server: TritonProcess, tmp_path: Path) -> None:
     out = tmp_path / "load.json"
+    trace = tmp_path / "trace.csv"  # 20 s at 30/s, then 10 s at 120/s; played 10x faster, x2
+    trace.write_text("second,rps\n0,30\n20,120\n30,0\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "batchop", "load", "--rps", "60", "--duration", "3",
-         "--url", server.url, "--model", MODEL, "--json", str(out)],
+        [sys.executable, "-m", "batchop", "load", "--trace", str(trace), "--time-scale", "0.1",
+         "--rate-scale", "2", "--url", server.url, "--model", MODEL, "--json", str(out)],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert report["failed"] == 0 and report["ok"] == report["requests"] > 0
     assert len(report["timeline"]) == 3
+    first, last = report["timeline"][0]["sent"], report["timeline"][2]["sent"]
+    assert last > 2 * first  # the step up: 60/s, then 240/s
     assert len(report["records"]["send_s"]) == report["requests"]
     assert report["targets"] == [server.url]
     assert report["p99_ms"] >= report["p50_ms"] > 0

@@ -15,6 +15,7 @@ from batchop.local.load import (
     arrival_times,
     capacity_warning,
     require_loopback_url,
+    scale_trace,
     summarize,
 )
 from batchop.sim.trace import Trace, constant_trace
@@ -102,3 +103,13 @@ def test_cli_direct_mode_needs_model(tmp_path: Path, capsys) -> None:
     code = main(["load", "--rps", "10", "--url", "127.0.0.1:8000", "--json",
                  str(tmp_path / "r.json")])
     assert code == 2 and "--model" in capsys.readouterr().err
+
+
+def test_scaled_trace_keeps_its_shape() -> None:
+    trace = Trace(seconds=(0.0, 300.0, 900.0), rps=(300.0, 1800.0, 1800.0), name="step")
+    fast = scale_trace(trace, time_scale=0.1, rate_scale=0.25)
+    assert fast.end == pytest.approx(trace.end * 0.1)
+    for t in (0.0, 150.0, 299.0, 301.0, 899.0):
+        assert fast.rate_at(t * 0.1) == pytest.approx(trace.rate_at(t) * 0.25)
+    with pytest.raises(LoadError, match="scale"):
+        scale_trace(trace, time_scale=0)

@@ -21,6 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rate.add_argument("--rps", type=float, help="constant rate instead of a trace")
     p.add_argument("--duration", type=float, default=30.0,
                    help="seconds of load with --rps (default 30)")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="multiply the trace's seconds (0.1: ten times faster; default 1)")
+    p.add_argument("--rate-scale", type=float, default=1.0,
+                   help="multiply the trace's rates (default 1)")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--bm", metavar="NAMESPACE/NAME", help="BatchedModel to load")
     target.add_argument("--url", action="append", metavar="HOST:PORT",
@@ -48,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         StaticTargets,
         capacity_warning,
         run_load,
+        scale_trace,
         stderr_progress,
     )
     from batchop.sim.trace import TraceError, constant_trace, load_trace
@@ -59,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
             if args.rps <= 0 or args.duration <= 0:
                 raise LoadError("--rps and --duration must be > 0")
             trace = constant_trace(args.rps, args.duration)
+        if args.time_scale != 1.0 or args.rate_scale != 1.0:
+            trace = scale_trace(trace, args.time_scale, args.rate_scale)
         if args.bm:
             namespace, sep, name = args.bm.partition("/")
             if not sep or not namespace or not name:
