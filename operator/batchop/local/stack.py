@@ -8,6 +8,7 @@ Every listener is on 127.0.0.1 with a free port, so several stacks can run side 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -92,10 +93,12 @@ class LocalStack:
             "--log-format", "plain",
             *(extra_args or []),
         ]
+        # KUBECONFIG too: kopf's own login reads the environment, not our flag.
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         with open(self.operator_log, "ab") as log:
             self.operator = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=True, env=env,
             )
         self.operator_metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         deadline = time.monotonic() + 60
