@@ -91,3 +91,20 @@ def test_api_server_accepts_the_rendered_children(api: Any, manifest: dict[str, 
     body = json.dumps({"apiVersion": "v1", "kind": "List", "items": children})
     result = api.kubectl("create", "--dry-run=server", "-f", "-", input=body, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_scale_subresource_moves_spec_replicas_within_the_bounds(api: Any) -> None:
+    manifest = minimal("scale-check", scaling={"replicas": 1, "minReplicas": 1, "maxReplicas": 3})
+    manifest["metadata"]["namespace"] = "default"
+    api.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    try:
+        api.kubectl("scale", "bm", "scale-check", "-n", "default", "--replicas=3")
+        stored = api.kubectl_json("get", "bm", "scale-check", "-n", "default")
+        assert stored["spec"]["scaling"]["replicas"] == 3
+        refused = api.kubectl(
+            "scale", "bm", "scale-check", "-n", "default", "--replicas=4", check=False
+        )
+        assert refused.returncode != 0
+        assert "spec.scaling.replicas" in refused.stderr
+    finally:
+        api.kubectl("delete", "bm", "scale-check", "-n", "default", "--wait=false")
