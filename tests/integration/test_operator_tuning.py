@@ -1,6 +1,7 @@
 """The tuning loop's fault paths against the real API server (no Triton, no Prometheus here):
 Prometheus away → hold with MetricsAvailable=False, no scaling on missing data; a pod whose
-Triton does not answer → its reload fails, is reported once and retried, nothing crashes."""
+Triton does not answer → its reload fails, is reported once, retried, and named in the
+Degraded condition; nothing crashes."""
 
 from __future__ import annotations
 
@@ -54,6 +55,13 @@ def test_prometheus_down_holds_and_unreachable_pods_are_reported(
 
         failed = wait_for(reload_failed, "a ReloadFailed event", operator=op)
         assert failed[0]["type"] == "Warning" and "127.10." in failed[0]["message"]
+
+        def laggards_named() -> dict[str, Any]:
+            cond = condition(get(cluster, ns, "bm", "tuned"), "Degraded")
+            return cond if cond.get("reason") == "DelayNotApplied" else {}
+
+        degraded = wait_for(laggards_named, "Degraded=DelayNotApplied", operator=op)
+        assert degraded["status"] == "True" and "tuned-" in degraded["message"]
         wait_for(
             lambda: condition(get(cluster, ns, "bm", "tuned"), "Ready").get("status") == "True",
             "Ready with 2 replicas",

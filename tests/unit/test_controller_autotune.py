@@ -229,19 +229,35 @@ def test_unreachable_pod_is_retried_with_backoff_and_warned_once() -> None:
     h.loop.tick()
     assert h.loop.retries[(("ml", "cpu-demo"), "cpu-demo-a")].failures == 2
     assert [e[1] for e in h.w.events].count("ReloadFailed") == 1
+    degraded = h.conditions()["Degraded"]  # status names the laggard
+    assert (degraded["status"], degraded["reason"]) == ("True", "DelayNotApplied")
+    assert "cpu-demo-a" in degraded["message"] and "refused" in degraded["message"]
     h.fail_reload = False
     h.now += 600
     h.loop.tick()
     assert not h.loop.retries and h.reloads
+    assert h.conditions()["Degraded"]["status"] == "False"
 
 
 def test_deleted_model_is_forgotten() -> None:
     h = Harness(busy(p99_ms=12.0))
+    h.fail_reload = True
     h.loop.tick()
-    assert h.loop.states
+    assert h.loop.states and h.loop.retries
     h.loop.models = lambda: []
     h.loop.tick()
-    assert not h.loop.states and not h.loop.last_tuned
+    assert not h.loop.states and not h.loop.last_tuned and not h.loop.retries
+
+
+def test_a_pod_that_leaves_is_no_longer_retried() -> None:
+    h = Harness(busy(p99_ms=12.0))
+    h.fail_reload = True
+    h.loop.tick()
+    assert h.loop.retries
+    h.w.pods = []
+    h.loop.tick()
+    assert not h.loop.retries
+    assert h.conditions()["Degraded"]["status"] == "False"
 
 
 @pytest.mark.parametrize("tune", [{"queueDelay": False, "replicas": False}])

@@ -153,6 +153,7 @@ class Handlers:
         self._locks_guard = threading.Lock()
         self._unserved: set[tuple[ModelKey, str]] = set()
         self._failures: dict[ModelKey, tuple[str, str]] = {}
+        self._laggards: dict[ModelKey, tuple[str, str]] = {}
 
     # --- BatchedModel ------------------------------------------------------------------------
 
@@ -214,10 +215,29 @@ class Handlers:
         except Exception as exc:  # the original failure matters more than this one
             log.warning("could not record %s in status: %s", reason, exc)
 
+    def set_laggards(self, bm: Mapping[str, Any], delay_us: int, pods: Mapping[str, str]) -> None:
+        """Pods the tuner could not bring to `delay_us` (name -> why): Degraded names them."""
+        key = _key(bm)
+        entry: tuple[str, str] | None = None
+        if pods:
+            listed = "; ".join(f"{name} ({why})" for name, why in sorted(pods.items()))
+            entry = (
+                "DelayNotApplied",
+                f"delay {delay_us} us not applied on {len(pods)} pod(s), retrying: {listed}",
+            )
+        if self._laggards.get(key) == entry:
+            return
+        if entry is None:
+            self._laggards.pop(key, None)
+        else:
+            self._laggards[key] = entry
+        self.refresh_status(bm)
+
     def forget(self, bm: Mapping[str, Any]) -> None:
         """Drop per-model memory when a BatchedModel is gone."""
         key = _key(bm)
         self._failures.pop(key, None)
+        self._laggards.pop(key, None)
         self._unserved = {m for m in self._unserved if m[0] != key}
         with self._locks_guard:
             self._locks.pop(key, None)
@@ -273,7 +293,7 @@ class Handlers:
                 deployment,
                 pods,
                 self.clock(),
-                self._failures.get(key),
+                self._failures.get(key) or self._laggards.get(key),
             )
 
         written = self.write_status(bm, compute)

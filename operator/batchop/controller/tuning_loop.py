@@ -119,6 +119,8 @@ class TuningLoop:
             self.states.pop(gone, None)
             self.last_tuned.pop(gone, None)
             self.written.pop(gone, None)
+            for stale in [k for k in self.retries if k[0] == gone]:
+                self.retries.pop(stale)
         due: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for bm in live:
             interval = float(
@@ -214,13 +216,14 @@ class TuningLoop:
         delay = desired_delay(bm)
         model = str(((bm.get("spec") or {}).get("model") or {}).get("name"))
         _, pods = self.handlers.lookup(*key)
-        for pod in pods_to_reload(pods, delay):
-            name = str(pod["metadata"]["name"])
+        lagging = [str(p["metadata"]["name"]) for p in pods_to_reload(pods, delay)]
+        by_name = {str(p["metadata"]["name"]): p for p in pods}
+        for name in lagging:
             retry = self.retries.get((key, name))
             if retry is not None and now < retry.next_try_s:
                 continue
             try:
-                self.reload(triton_url(pod), model, delay)
+                self.reload(triton_url(by_name[name]), model, delay)
                 self.cluster.annotate_pod(key[0], name, {ANNOTATION_DELAY: str(delay)})
             except Exception as exc:
                 failures = 1 if retry is None else retry.failures + 1
@@ -234,6 +237,11 @@ class TuningLoop:
                 _record_error(bm, "reload")
                 continue
             self.retries.pop((key, name), None)
+        # Pods that caught up or went away are no longer retried; the rest are the laggards.
+        for stale in [k for k in self.retries if k[0] == key and k[1] not in lagging]:
+            self.retries.pop(stale)
+        failing = {k[1]: r.reason for k, r in self.retries.items() if k[0] == key}
+        self.handlers.set_laggards(bm, delay, failing)
 
 
 def _key(bm: Mapping[str, Any]) -> ModelKey:
