@@ -33,7 +33,7 @@ from batchop.tuning.model import (
 )
 from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 
-MARGIN = 0.8  # plan for p99 <= MARGIN x SLO
+MARGIN = 0.85  # plan for p99 <= MARGIN x SLO
 HEADROOM = 0.10  # plan for this much more load than observed
 DOWN_HEADROOM = 0.15  # a lower replica count must also pass with this much more on top
 STALE_INTERVALS = 2.5  # samples older than this many intervals are stale
@@ -228,11 +228,21 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         default=-math.inf,
     )
     settled = starting == 0 and t - settled_since >= SETTLE_INTERVALS * spec.interval_s
+    # The served rate only depends on the replicas (a delay change does not move it).
+    scaled_since = max(
+        (
+            x
+            for x in (state.last_scale_up_s, state.last_scale_down_s, state.last_starting_s)
+            if x is not None
+        ),
+        default=-math.inf,
+    )
+    rate_settled = starting == 0 and t - scaled_since >= SETTLE_INTERVALS * spec.interval_s
     growth = 0.0  # how fast the queue grew: arrivals beyond what was served
     if obs.pending is not None and state.last_pending is not None and dt > 0:
         growth = (obs.pending - state.last_pending) / dt
     slope = state.rps_slope * 0.5
-    if settled and state.last_rps is not None and dt > 0:
+    if rate_settled and state.last_rps is not None and dt > 0:
         slope += 0.5 * (rps - state.last_rps) / dt
     breaches = state.slo_breaches + 1 if settled and p99_obs > spec.slo_ms else 0
     steady = (
@@ -270,12 +280,12 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # Demand: served + queue growth (arrivals = served + d pending/dt). When the queue grows,
     # the replicas serve at capacity and the windowed rate still lags behind: count capacity.
     demand = max(0.0, rps + growth)
-    if settled and growth > STEADY_RATE_CHANGE * rps and ready > 0:
+    if rate_settled and growth > STEADY_RATE_CHANGE * rps and ready > 0:
         at_capacity = MAX_UTILISATION * capacity_rps(spec.max_batch_size, latency) * ready
         demand = max(demand, at_capacity + growth)
     # A rising rate keeps rising while new replicas start: look ahead along the trend (only
     # when settled: just after a change, the served rate also holds a draining backlog).
-    if settled:
+    if rate_settled:
         demand += max(0.0, slope) * LOOKAHEAD_S
     plan_rps = demand * (1 + HEADROOM)
 
