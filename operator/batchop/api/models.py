@@ -5,9 +5,10 @@ The CRD schema (`batchop crd`) is generated from these classes: field descriptio
 become CEL `x-kubernetes-validations`. Python code uses snake_case attributes; the wire format
 (and `model_dump(by_alias=True)`) is camelCase exactly as the API documents it.
 
-Free-form Kubernetes types embedded in the spec (affinity, tolerations, volumes, env
-`valueFrom`) are kept as plain dicts and emitted with `x-kubernetes-preserve-unknown-fields`;
-the API server validates them when the Deployment that carries them is applied.
+Free-form Kubernetes types embedded in the spec (affinity, tolerations, env `valueFrom`) are
+kept as plain dicts and emitted with `x-kubernetes-preserve-unknown-fields`; the API server
+validates them when the Deployment that carries them is applied. Volumes and volume mounts
+declare just the keys a rule reads (CEL cannot see undeclared fields) and keep the rest.
 
 The server image is optional here: a missing image means "the operator's default image"
 (`RenderOptions.default_image`, set by the operator's flag/env), so one operator setting can

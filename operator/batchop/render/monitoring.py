@@ -6,7 +6,7 @@ from typing import Any
 
 from batchop.api import constants as c
 from batchop.api.models import BatchedModel
-from batchop.render.names import child_names, object_meta, selector_labels
+from batchop.render.names import child_names, common_labels, object_meta, selector_labels
 from batchop.render.options import RenderOptions
 
 
@@ -17,7 +17,7 @@ def render_pod_monitor(bm: BatchedModel, options: RenderOptions) -> dict[str, An
     here gives the series the label batchop's queries group by (`c.PROM_LABEL_MODEL`).
     """
     meta = object_meta(bm, child_names(bm).pod_monitor)
-    meta["labels"] = {**meta["labels"], **dict(options.pod_monitor_labels)}  # type: ignore[dict-item]
+    meta["labels"] = {**common_labels(bm), **dict(options.pod_monitor_labels)}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
