@@ -283,9 +283,10 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     if rate_settled and growth > STEADY_RATE_CHANGE * rps and ready > 0:
         at_capacity = MAX_UTILISATION * capacity_rps(spec.max_batch_size, latency) * ready
         demand = max(demand, at_capacity + growth)
-    # A rising rate keeps rising while new replicas start: look ahead along the trend (only
-    # when settled: just after a change, the served rate also holds a draining backlog).
-    if rate_settled:
+    elif rate_settled:
+        # A rising rate keeps rising while new replicas start: look ahead along the trend
+        # (not just after a scale-up: the served rate then also holds a draining backlog; not
+        # when saturated: the served rate is capped and the queue's growth says it all).
         demand += max(0.0, slope) * LOOKAHEAD_S
     plan_rps = demand * (1 + HEADROOM)
 
