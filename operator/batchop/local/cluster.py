@@ -12,6 +12,7 @@ kwokctl picks free ports, so clusters with different names run side by side.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -20,7 +21,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,14 @@ from batchop.local.versions import load_pins
 
 NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 TERMINAL_PHASES = {"Succeeded", "Failed"}
+# kwokctl options with no command-line flag: every component binds to loopback only
+# (kwokctl's default is 0.0.0.0).
+KWOKCTL_CONFIG = """\
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  bindAddress: 127.0.0.1
+"""
 
 
 class ClusterError(RuntimeError):
@@ -57,6 +67,35 @@ def find_kubectl() -> Path:
     if os.access(candidate, os.X_OK):
         return candidate
     return ensure_tools()[0]
+
+
+@contextmanager
+def creation_lock() -> Iterator[None]:
+    """Serialise cluster creation across processes.
+
+    kwokctl picks "free" ports by probing downwards from 32767 and binds them only when the
+    components start, so two clusters created at once pick the same ports and one dies with
+    "address already in use". Holding this lock until a cluster is up avoids that race.
+    """
+    path = build.cache_root() / "cluster-create.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def kwokctl_config_file() -> Path:
+    """KWOKCTL_CONFIG written (atomically) into the cache; its path for kwokctl --config."""
+    path = build.cache_root() / "kwokctl.yaml"
+    if not path.exists() or path.read_text() != KWOKCTL_CONFIG:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".kwokctl.yaml.{os.getpid()}")
+        partial.write_text(KWOKCTL_CONFIG)
+        partial.replace(path)
+    return path
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -246,44 +285,55 @@ class LocalCluster:
             )
         manifest = nodes.node_list(self.node_count, self.gpus_per_node, self.cpu, self.memory)
         binaries = build.ensure_binaries(self._say)
-        started = time.monotonic()
+        with creation_lock():
+            started = time.monotonic()
+            self._create(binaries, manifest, timeout_s, started)
+        self._say(
+            f"cluster {self.name!r} up in {time.monotonic() - started:.1f}s: "
+            f"{self.node_count} nodes x {self.gpus_per_node} {nodes.GPU_RESOURCE}; "
+            f"kubeconfig {self.kubeconfig}"
+        )
+        return self
+
+    def _create(
+        self, binaries: build.Binaries, manifest: dict, timeout_s: float, started: float
+    ) -> None:
         self._say(f"starting cluster {self.name!r} (kwokctl --runtime binary)")
         args = [
-            "create",
-            "cluster",
-            "--runtime",
-            "binary",
-            "--kube-apiserver-binary",
-            str(binaries.kube_apiserver),
-            "--kube-controller-manager-binary",
-            str(binaries.kube_controller_manager),
-            "--kube-scheduler-binary",
-            str(binaries.kube_scheduler),
-            "--etcd-binary",
-            str(binaries.etcd),
-            "--kwok-controller-binary",
-            str(binaries.kwok),
+            "--config", str(kwokctl_config_file()),
+            "create", "cluster",
+            "--runtime", "binary",
+            "--kube-apiserver-binary", str(binaries.kube_apiserver),
+            "--kube-controller-manager-binary", str(binaries.kube_controller_manager),
+            "--kube-scheduler-binary", str(binaries.kube_scheduler),
+            "--etcd-binary", str(binaries.etcd),
+            "--kwok-controller-binary", str(binaries.kwok),
             "--kube-authorization=true",
-            "--kubeconfig",
-            "",  # leave ~/.kube/config alone; ours is self.kubeconfig
-            "--wait",
-            f"{int(timeout_s)}s",
+            "--kubeconfig", "",  # leave ~/.kube/config alone; ours is self.kubeconfig
+            "--wait", f"{int(timeout_s)}s",
             "--quiet-pull",
-        ]
+        ]  # fmt: skip
         if self.port is not None:
             args += ["--kube-apiserver-port", str(self.port)]
-        result = self._kwokctl(args, binaries, timeout=timeout_s + 60)
+        try:
+            result = self._kwokctl(args, binaries, timeout=timeout_s + 30)
+        except subprocess.TimeoutExpired as exc:
+            self._cleanup_failed(binaries)
+            raise ClusterError(
+                f"cluster {self.name!r} not ready after {timeout_s:.0f}s; "
+                f"component logs kept in {self._kept_logs}"
+            ) from exc
         if result.returncode != 0:
             output = result.stdout + result.stderr
             self._cleanup_failed(binaries)
             if "address already in use" in output:
                 raise PortInUse(
-                    f"a port of cluster {self.name!r} is in use: "
-                    f"{_tail(output)} (log: {self.log_path})"
+                    f"a port of cluster {self.name!r} is in use: {_tail(output)} "
+                    f"(log: {self.log_path})"
                 )
             raise ClusterError(
                 f"kwokctl create cluster {self.name!r} failed: {_tail(output)} "
-                f"(log: {self.log_path})"
+                f"(log: {self.log_path}; component logs: {self._kept_logs})"
             )
         try:
             self.kubectl("create", "-f", "-", input=json.dumps(manifest))
@@ -291,12 +341,10 @@ class LocalCluster:
         except (ClusterError, subprocess.TimeoutExpired):
             self._cleanup_failed(binaries)
             raise
-        self._say(
-            f"cluster {self.name!r} up in {time.monotonic() - started:.1f}s: "
-            f"{self.node_count} nodes x {self.gpus_per_node} {nodes.GPU_RESOURCE}; "
-            f"kubeconfig {self.kubeconfig}"
-        )
-        return self
+
+    @property
+    def _kept_logs(self) -> Path:
+        return build.cache_root() / "logs" / f"failed-{self.name}"
 
     def _wait_ready(self, deadline: float) -> None:
         selector = f"{nodes.LOCAL_LABEL}=true"
@@ -329,9 +377,8 @@ class LocalCluster:
         """Leave nothing half-started behind, but keep the component logs for diagnosis."""
         logs = self.workdir / "logs"
         if logs.is_dir():
-            kept = build.cache_root() / "logs" / f"failed-{self.name}"
-            shutil.rmtree(kept, ignore_errors=True)
-            shutil.copytree(logs, kept)
+            shutil.rmtree(self._kept_logs, ignore_errors=True)
+            shutil.copytree(logs, self._kept_logs)
         self._kwokctl(self._delete_args(), binaries, timeout=120)
 
     def _delete_args(self) -> list[str]:
