@@ -131,6 +131,9 @@ def write_plot(result: DemoResult, path: Path) -> None:
     axes[3].set_ylabel("pods")
     axes[3].set_xlabel("seconds")
     axes[3].legend(loc="upper right")
+    axes[2].set_ylim(bottom=0)
+    axes[3].set_ylim(0, max([s.replicas for s in tl] + [1]) + 1)
+    axes[3].yaxis.get_major_locator().set_params(integer=True)
     for d in result.decisions:
         if isinstance(d.get("t"), int | float):
             for ax in axes:
