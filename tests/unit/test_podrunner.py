@@ -134,3 +134,19 @@ def test_waiting_container_reports_reason_and_message() -> None:
                                        "message": "no map"}}
     ready = next(c for c in patch["status"]["conditions"] if c["type"] == "Ready")
     assert ready["message"] == "no map"
+
+
+def test_ports_in_use_names_the_taken_address() -> None:
+    import socket
+
+    from batchop.local.podrunner import ports_in_use
+    from batchop.local.prometheus import free_port
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        spec = LaunchSpec(container="c", address="127.0.0.1", model_repository="/m",
+                          http_port=port, grpc_port=free_port(), metrics_port=free_port())
+        assert ports_in_use(spec) == f"127.0.0.1:{port}"
+    assert ports_in_use(spec) is None

@@ -22,6 +22,7 @@ import argparse
 import logging
 import re
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -197,6 +198,18 @@ def launch_spec(pod: Pod, repository_map: dict[str, str] | None = None) -> Launc
         load_models=tuple(m for m in values.get("load-model", []) if m),
         extra_args=tuple(extra),
     )
+
+
+def ports_in_use(spec: LaunchSpec) -> str | None:
+    """The first of the spec's address:port pairs that something already listens on."""
+    for port in (spec.http_port, spec.grpc_port, spec.metrics_port):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((spec.address, port))
+            except OSError:
+                return f"{spec.address}:{port}"
+    return None
 
 
 def runnable(pod: Pod) -> bool:
@@ -387,7 +400,17 @@ class PodRunner:
                 state.waiting_reason = "CrashLoopBackOff"
                 run.server = None
                 run.next_start = now + min(self.max_backoff_s, 2.0 ** (state.restart_count - 1))
+            busy = None
             if run.server is None and now >= run.next_start:
+                busy = ports_in_use(run.spec)
+            if busy:
+                # Another process (e.g. a pod of another local cluster: all use 127.10/16)
+                # holds the address: say so and retry later instead of crash-looping Triton.
+                state.waiting_reason = "PortInUse"
+                state.message = f"{busy} is already in use on this machine"
+                state.running = state.ready = False
+                run.next_start = now + self.max_backoff_s / 4
+            elif run.server is None and now >= run.next_start:
                 spec = run.spec
                 try:
                     run.server = TritonProcess(
