@@ -47,6 +47,7 @@ NEAR_BEST = 0.02  # delays within this of the best GPU time count as equal; take
 CORRECTION_ALPHA = 0.3  # EWMA weight of a new observed/predicted p99 ratio
 CORRECTION_BOUNDS = (0.8, 1.5)
 STEADY_RATE_CHANGE = 0.1  # rate or queue changes beyond this share of the rate: not steady
+DRAIN_S = 120.0  # a backlog found when saturated is planned to drain in this long
 LOOKAHEAD_S = 60.0  # how far ahead a rising rate is extrapolated (window lag + startup)
 DELAY_GRID_US = (
     0,
@@ -283,6 +284,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     if rate_settled and growth > STEADY_RATE_CHANGE * rps and ready > 0:
         at_capacity = MAX_UTILISATION * capacity_rps(spec.max_batch_size, latency) * ready
         demand = max(demand, at_capacity + growth)
+        # and the backlog already queued must drain too, in DRAIN_S.
+        demand += max(0.0, obs.pending or 0.0) / DRAIN_S
     elif rate_settled:
         # A rising rate keeps rising while new replicas start: look ahead along the trend
         # (not just after a scale-up: the served rate then also holds a draining backlog; not
@@ -318,7 +321,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         # The observed p99 is a window too: only trust it once the last change has settled.
         delay_explains = spec.tune_delay and p99_obs - obs.delay_us / 1000.0 <= model.target
         # It must persist: one bad window may be a burst or a backlog already draining.
-        if breaches >= 2 and rps > 0 and not delay_explains and rec <= cur_n:
+        draining = growth < -STEADY_RATE_CHANGE * rps  # a backlog from the past is shrinking
+        if breaches >= 2 and rps > 0 and not delay_explains and not draining and rec <= cur_n:
             # HPA-like: grow in proportion to the excess, at most by half per tick.
             factor = min(1.5, p99_obs / spec.slo_ms)
             forced = cur_n + max(1, math.ceil(cur_n * (factor - 1)))
