@@ -186,8 +186,8 @@ def run_logged(
 
     def ticker() -> None:
         while not done.wait(every_s):
-            progress(f"  {label}: {_elapsed(time.monotonic() - started)} elapsed, {lines} "
-                     f"packages so far (log: {log})")
+            progress(f"  {label}: {_elapsed(time.monotonic() - started)} elapsed, {lines} packages "
+                     f"compiled (log: {log})")
 
     with open(log, "a") as out:
         out.write(f"$ (cd {cwd} && {' '.join(command)})\n")
@@ -202,7 +202,8 @@ def run_logged(
             assert process.stdout is not None
             for line in process.stdout:
                 out.write(line)
-                lines += 1
+                if not line.startswith(("go: ", "#")):  # go build -v: one package a line
+                    lines += 1
             code = process.wait()
         finally:
             done.set()
