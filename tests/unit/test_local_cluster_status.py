@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
 import pytest
 
-from batchop.local.cluster import ClusterError, LocalCluster, summarize_nodes
+from batchop.local.cluster import ClusterError, LocalCluster, PortInUse, summarize_nodes
 
 
 def _node(name: str, gpus: str, ready: str = "True") -> dict:
@@ -42,3 +45,16 @@ def test_node_without_gpus_or_not_ready() -> None:
 def test_bad_cluster_names_are_refused(name: str) -> None:
     with pytest.raises(ClusterError, match="cluster name"):
         LocalCluster(name)
+
+
+def test_a_port_in_use_is_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KWOK_WORKDIR", str(tmp_path))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(PortInUse, match=f"port {port} on 127.0.0.1 is in use"):
+            LocalCluster("port-test", port=port).up()
+    assert not (tmp_path / "clusters" / "port-test").exists()
