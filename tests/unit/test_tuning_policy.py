@@ -261,7 +261,9 @@ def test_scales_up_fast_several_at_once() -> None:
     obs = _plant(spec, CPU_DEMO, spec.interval_s, 9000.0, 1, 500)
     dec = decide(obs, spec, state)
     assert dec.kind.startswith("scale-up") and dec.replicas >= 4
-    assert "→" in dec.reason and "1 → " in dec.reason and "9,000" in dec.reason
+    assert "1 → " in dec.reason and "rps" in dec.reason
+    # At least what the steady 9,000 req/s needs, in one step (the backlog needs more).
+    assert dec.replicas >= recommend(curve.prior_curve(CPU_DEMO), 9000.0, spec).replicas
 
 
 def test_counts_replicas_still_starting() -> None:
