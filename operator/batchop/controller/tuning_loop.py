@@ -86,6 +86,7 @@ class TuningLoop:
         self._observers: dict[str, Any] = {}
         # The model as this loop last wrote it: the index may not show our write yet.
         self.written: dict[ModelKey, Mapping[str, Any]] = {}
+        self.hold_kind: dict[ModelKey, str] = {}  # what the last logged hold was about
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -119,6 +120,7 @@ class TuningLoop:
             self.states.pop(gone, None)
             self.last_tuned.pop(gone, None)
             self.written.pop(gone, None)
+            self.hold_kind.pop(gone, None)
             for stale in [k for k in self.retries if k[0] == gone]:
                 self.retries.pop(stale)
         due: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
@@ -203,7 +205,13 @@ class TuningLoop:
             self.written[key] = {**base, "status": {**(base.get("status") or {}), **patch}}
         _set_state(key, applied, decision, obs, spec.slo_ms)
         if not decision.changes(obs):
+            # A hold is logged when its kind changes (the figures in it change every tick).
+            about = decision.reason.split(":")[0]
+            level = logging.INFO if self.hold_kind.get(key) != about else logging.DEBUG
+            self.hold_kind[key] = about
+            log.log(level, "%s/%s: %s", *key, decision.reason)
             return
+        self.hold_kind.pop(key, None)
         log.info("%s/%s: %s", *key, decision.reason)
         self.handlers.post(bm, "Normal", "Tuned", f"{decision.kind}: {decision.reason}")
         _record_decision(key, decision.kind, decision.reason, now)
