@@ -232,8 +232,10 @@ def run_demo(
             result.notes.append(note)
             out(f"NOTE: {note}")
             _apply_rendered(cluster, bm)
+        t_applied = time.monotonic()
         ready = _wait_ready(cluster, bm, timeout_s=240)
-        out(f"{ready} pod(s) Ready with a real tritonserver each; starting the load")
+        out(f"{ready} pod(s) Ready with a real tritonserver each "
+            f"{time.monotonic() - t_applied:.1f}s after the apply; starting the load")
         result.notes.extend(_run_load(cluster, stack, bm, duration_s, sample_s, result, out))
     except KeyboardInterrupt:
         result.notes.append("interrupted")
