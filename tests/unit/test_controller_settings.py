@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from batchop.cli.main import build_parser
@@ -95,3 +97,15 @@ def test_cli_reports_bad_setting_with_exit_code_2(capsys: pytest.CaptureFixture[
 
     assert main(["run", "--prometheus-url", "ftp://x"]) == 2
     assert "--prometheus-url" in capsys.readouterr().err
+
+
+def test_unusable_kubeconfig_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from batchop.cli.main import main
+
+    empty = tmp_path / "kubeconfig"
+    empty.write_text("")
+    assert main(["run", "--kubeconfig", str(empty), "--liveness", "off"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot configure the Kubernetes client" in err and str(empty) in err

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 from batchop.api.constants import GROUP
@@ -84,17 +85,28 @@ def run(settings: Settings) -> int:
     from batchop.controller.handlers import build_registry
     from batchop.controller.kube import Cluster, make_api_client
 
+    try:
+        cluster = Cluster(make_api_client(settings.kubeconfig))
+    except Exception as exc:  # kubernetes.config.ConfigException and file errors
+        where = settings.kubeconfig or "in-cluster service account, then ~/.kube/config"
+        print(f"batchop run: cannot configure the Kubernetes client ({where}): {exc}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     configure_logging(settings)
     if settings.kubeconfig:
         # kopf's own login (kubernetes client piggybacking) reads the same file.
         os.environ["KUBECONFIG"] = settings.kubeconfig
-    cluster = Cluster(make_api_client(settings.kubeconfig))
     registry = build_registry(settings, cluster)
     if settings.metrics_address is not None:
         from batchop.metrics import start_metrics_server
 
         host, port = settings.metrics_address
-        server, _thread = start_metrics_server(addr=host, port=port)
+        try:
+            server, _thread = start_metrics_server(addr=host, port=port)
+        except OSError as exc:
+            print(f"batchop run: cannot serve /metrics on {host}:{port} (--metrics-address, "
+                  f"BATCHOP_METRICS_ADDRESS): {exc}", file=sys.stderr)  # fmt: skip
+            return 2
         log.info("serving /metrics on %s:%d", host, server.server_port)
     scope = "every namespace" if settings.all_namespaces else ", ".join(settings.namespaces)
     log.info("batchop operator starting; watching %s", scope)
