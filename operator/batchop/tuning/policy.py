@@ -3,18 +3,24 @@
 `decide` is pure and deterministic: the operator and the simulator both call it with an
 `Observation` and the `TuningState` it returned last time. Its steps:
 
-1. Hold when metrics are missing or stale: never act on data that may not be true.
-2. Learn the batch-latency curve from the observed (avg batch, compute ms) and correct the
-   queueing model by the observed / predicted p99 at the running configuration.
-3. Replicas: the fewest whose predicted p99 (at the best delay for latency) stays under
-   MARGIN x SLO at the observed rate plus HEADROOM, counting replicas still starting, within
-   [min, max] and what the cluster can schedule. Up at once; down only to the highest
+1. Hold when metrics are missing or stale: never act on data that may not be true. (No
+   traffic at all is not missing data: it lets replicas fall to the minimum.)
+2. Learn, from steady states only (no change, nothing starting, rate and queue steady for
+   SETTLE_INTERVALS): the batch-latency curve from (avg batch, compute ms), and a correction
+   of the queueing model by observed / predicted p99 at the running configuration.
+3. Demand: the served rate plus the queue's growth; at saturation, capacity plus growth plus
+   the backlog to drain; otherwise plus the rate's trend over LOOKAHEAD_S.
+4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
+   at demand plus HEADROOM, counting replicas still starting, within [min, max] and what the
+   cluster can schedule. Up at once (several if needed); down only to the highest
    recommendation of the last STABILISATION_S, and only when the lower count also passes with
-   extra headroom (hysteresis). An observed p99 over the SLO forces a scale-up even when the
-   model disagrees, unless replicas are still starting or the delay explains the excess.
-4. Delay: the one that spends the least GPU time per inference while the predicted p99 keeps
-   the margin, preferring the smallest delay among near-equals (near capacity the delay buys
-   nothing). A change must be worth a reload: >= DELAY_MIN_CHANGE relative, and either
+   DOWN_HEADROOM more (hysteresis). An observed p99 over the SLO on two settled ticks forces a
+   scale-up even when the model disagrees, unless the delay explains it or a past backlog is
+   draining.
+5. Delay: the one that spends the least GPU time per inference while the predicted p99 keeps
+   the margin, the smallest among near-equals (near capacity the delay buys nothing). Cut at
+   once; raised only to the least delay recommended over DELAY_UP_WINDOW_S and with the wider
+   UP_MARGIN. A change must be worth a reload: >= DELAY_MIN_CHANGE relative, and either
    >= GPU_MIN_GAIN less GPU time per inference or a needed latency cut.
 """
 
@@ -278,7 +284,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             correction = min(CORRECTION_BOUNDS[1], max(CORRECTION_BOUNDS[0], correction))
     model = _Model(spec, latency, correction)
 
-    # Demand: served + queue growth (arrivals = served + d pending/dt). When the queue grows,
+    # 3. Demand: served + queue growth (arrivals = served + d pending/dt). When the queue grows,
     # the replicas serve at capacity and the windowed rate still lags behind: count capacity.
     demand = max(0.0, rps + growth)
     if rate_settled and growth > STEADY_RATE_CHANGE * rps and ready > 0:
@@ -293,7 +299,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         demand += max(0.0, slope) * LOOKAHEAD_S
     plan_rps = demand * (1 + HEADROOM)
 
-    # 3. Replicas.
+    # 4. Replicas.
     cur_n = obs.replicas
     replicas = cur_n
     notes: list[str] = []
@@ -376,7 +382,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         ):
             notes.append(f"SLO margin not reachable within maxReplicas {spec.max_replicas}")
 
-    # 4. Delay, for the replicas that will serve (the fewer of ready and desired).
+    # 5. Delay, for the replicas that will serve (the fewer of ready and desired).
     delay = obs.delay_us
     delay_recs = state.delay_recommendations
     kind_d = ""
