@@ -75,6 +75,12 @@ def children(cluster: Any, ns: str, name: str) -> list[Any]:
     return items(cluster, ns, CHILD_KINDS, f"{LABEL}={name}")
 
 
+def delete_model(cluster: Any, ns: str, name: str) -> None:
+    """Delete a BatchedModel and wait for the garbage collector, so its GPUs are free."""
+    cluster.kubectl("delete", "-n", ns, f"bm/{name}", "--wait=true", "--timeout=60s")
+    wait_for(lambda: not children(cluster, ns, name), f"{name}'s children deleted", 180)
+
+
 def test_model_gets_owned_children_and_becomes_ready(
     cluster: Any, ns: str, operator: Operator
 ) -> None:
@@ -138,7 +144,7 @@ def test_kubectl_scale_reaches_the_deployment(cluster: Any, ns: str, operator: O
     assert scale["status"]["replicas"] == 3 and scale["status"]["selector"] == f"{LABEL}=scaled"
     refused = cluster.kubectl("scale", "-n", ns, "bm/scaled", "--replicas=9", check=False)
     assert refused.returncode != 0 and "spec.scaling.replicas" in refused.stderr
-    cluster.kubectl("delete", "-n", ns, "bm/scaled")
+    delete_model(cluster, ns, "scaled")
 
 
 def test_edited_and_deleted_children_are_restored(
@@ -175,7 +181,7 @@ def test_edited_and_deleted_children_are_restored(
     )
     reasons = [e["reason"] for e in events(cluster, ns, "drift")]
     assert reasons.count("DriftRestored") >= 3
-    cluster.kubectl("delete", "-n", ns, "bm/drift")
+    delete_model(cluster, ns, "drift")
 
 
 def test_gpu_shortage_is_capacity_limited_then_recovers(
@@ -212,7 +218,7 @@ def test_gpu_shortage_is_capacity_limited_then_recovers(
     bm = wait_for(lambda: ready(cluster, ns, "big", 1), "big Ready after the hog left", 180,
                   operator=operator)  # fmt: skip
     assert condition(bm, "CapacityLimited")["status"] == "False"
-    cluster.kubectl("delete", "-n", ns, "bm/big")
+    delete_model(cluster, ns, "big")
 
 
 def test_deleting_the_model_removes_every_child(cluster: Any, ns: str, operator: Operator) -> None:
@@ -242,7 +248,8 @@ def test_operator_killed_and_restarted_mid_way(cluster: Any, tmp_path: Path) -> 
     ns2 = new_namespace(cluster, "bm-restart")
     op = Operator(cluster, [ns2], tmp_path / "operator.log").start()
     try:
-        apply(cluster, bm_manifest("phoenix", ns2, replicas=2))
+        # CPU models (gpus: 0): what is checked here must not depend on free GPUs.
+        apply(cluster, bm_manifest("phoenix", ns2, replicas=2, gpus=0))
         before = wait_for(lambda: ready(cluster, ns2, "phoenix", 2), "phoenix Ready", operator=op)
         deployment_uid = get(cluster, ns2, "deployment", "phoenix")["metadata"]["uid"]
         stable = {
@@ -253,7 +260,7 @@ def test_operator_killed_and_restarted_mid_way(cluster: Any, tmp_path: Path) -> 
 
         # Mid-way: a new model is created and the operator dies at once; while it is down
         # the first model is scaled, one of its children deleted, and a third model deleted.
-        apply(cluster, bm_manifest("midway", ns2, replicas=2))
+        apply(cluster, bm_manifest("midway", ns2, replicas=2, gpus=0))
         op.kill()
         cluster.kubectl("scale", "-n", ns2, "bm/phoenix", "--replicas=3")
         cluster.kubectl("delete", "-n", ns2, "service/phoenix")

@@ -55,8 +55,12 @@ class MemoryCluster:
         self.objects.pop((kind, name), None)
         self.writes.append(f"delete {kind}")
 
-    def list_children(self, namespace: str, bm_name: str) -> list[dict[str, Any]]:
-        return [copy.deepcopy(o) for o in self.objects.values()]
+    def get_child(
+        self, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        self.writes.append(f"get {kind}")
+        found = self.objects.get((kind, name))
+        return copy.deepcopy(found) if found is not None else None
 
     def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.model)

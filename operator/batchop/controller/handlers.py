@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from batchop.api.constants import ANNOTATION_DELAY, LABEL_MODEL, PLURAL, VERSION
 from batchop.api.constants import GROUP as API_GROUP
 from batchop.controller.reconcile import (
+    absent_kinds,
     child_action,
     child_key,
     controller_of,
@@ -53,7 +54,9 @@ class ClusterAPI(Protocol):
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str) -> None: ...
 
-    def list_children(self, namespace: str, bm_name: str) -> list[dict[str, Any]]: ...
+    def get_child(
+        self, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict[str, Any] | None: ...
 
     def get_model(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
@@ -182,7 +185,11 @@ class Handlers:
                     self._unserved.discard((key, child["kind"]))
                 except NotServed as exc:
                     self._skip_unserved(bm, child, str(exc))
-            live = self.cluster.list_children(*key)
+            candidates = [
+                self.cluster.get_child(av, kind, key[0], name)
+                for av, kind, name in absent_kinds(desired, key[1])
+            ]
+            live = [c for c in candidates if c is not None]
             for api_version, kind, name in stale_children(live, desired, bm["metadata"]["uid"]):
                 self.cluster.delete(api_version, kind, key[0], name)
                 done.append(f"deleted {kind} {name}")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from batchop.api.constants import API_VERSION, LABEL_MODEL, MANAGER, PLURAL
-from batchop.controller.reconcile import CHILD_RESOURCES, resource_path
+from batchop.controller.reconcile import resource_path
 
 
 class NotServed(Exception):
@@ -138,24 +138,18 @@ class Cluster:
             if exc.status != 404:
                 raise
 
-    def list_children(self, namespace: str, bm_name: str) -> list[dict[str, Any]]:
-        """Every object of a managed kind labelled with this BatchedModel's name."""
-        found: list[dict[str, Any]] = []
-        for (api_version, kind), _plural in CHILD_RESOURCES.items():
-            try:
-                listing = self._call(
-                    "GET",
-                    resource_path(api_version, kind, namespace),
-                    query=[("labelSelector", f"{LABEL_MODEL}={bm_name}")],
-                )
-            except APIError as exc:
-                if exc.status == 404:  # kind not served here (no PodMonitor CRD)
-                    continue
-                raise
-            for item in listing.get("items", []):
-                item.setdefault("apiVersion", api_version)
-                item.setdefault("kind", kind)
-                found.append(item)
+    def get_child(
+        self, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """One child, or None when it (or its kind, e.g. PodMonitor without CRD) is absent."""
+        try:
+            found = self._call("GET", resource_path(api_version, kind, namespace, name))
+        except APIError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        found.setdefault("apiVersion", api_version)
+        found.setdefault("kind", kind)
         return found
 
     def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:

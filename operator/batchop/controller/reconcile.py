@@ -149,6 +149,17 @@ def _manifest(bm: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def absent_kinds(desired: Iterable[Mapping[str, Any]], name: str) -> list[ChildKey]:
+    """Children of managed kinds the desired set lacks, under the BatchedModel's child name.
+
+    Every child is named after its BatchedModel (render.child_names), so these are the only
+    objects that can be stale: checking them by name costs a GET per absent kind (usually
+    none or one) instead of a labelled LIST per kind.
+    """
+    present = {(d["apiVersion"], d["kind"]) for d in desired}
+    return [(av, kind, name) for (av, kind) in CHILD_RESOURCES if (av, kind) not in present]
+
+
 def stale_children(
     live: Iterable[Mapping[str, Any]], desired: Iterable[Mapping[str, Any]], bm_uid: str
 ) -> list[ChildKey]:
