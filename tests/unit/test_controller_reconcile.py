@@ -11,6 +11,7 @@ import yaml
 
 from batchop.api.errors import SpecError
 from batchop.controller.reconcile import (
+    absent_kinds,
     child_action,
     child_key,
     controller_of,
@@ -205,3 +206,15 @@ def test_tuned_replicas_come_from_the_last_decision_within_bounds() -> None:
     bm["spec"]["autotune"]["replicas"] = False  # HPA/KEDA or the user own the count
     assert tuned_replicas(bm) is None
     assert desired_children(bm, Settings())[0]["spec"]["replicas"] == 1
+
+
+def test_absent_kinds_are_the_only_stale_candidates() -> None:
+    full = desired_children(stored_bm(), Settings())
+    assert absent_kinds(full, "cpu-demo") == []
+    lean = desired_children(
+        stored_bm(scaling={"maxReplicas": 1, "replicas": 1}), Settings(pod_monitor=False)
+    )
+    assert absent_kinds(lean, "cpu-demo") == [
+        ("policy/v1", "PodDisruptionBudget", "cpu-demo"),
+        ("monitoring.coreos.com/v1", "PodMonitor", "cpu-demo"),
+    ]
