@@ -266,3 +266,18 @@ def test_models_without_tuning_are_left_alone(tune: dict[str, bool]) -> None:
     h.w.cluster.model["spec"]["autotune"].update(tune)
     h.loop.tick()
     assert h.observer.calls == 0 and not h.reloads
+
+
+def test_one_observation_per_tick_whatever_the_number_of_models() -> None:
+    """Prometheus cost per tick must not grow with N: one observe() (one query per metric)
+    per Prometheus URL per tick, for every due model at once."""
+    h = Harness(busy(p99_ms=12.0))
+    many = []
+    for i in range(50):
+        bm = slim_model(copy.deepcopy(h.w.cluster.model))
+        bm["metadata"]["name"] = f"m{i}"
+        many.append(bm)
+    h.loop.models = lambda: many
+    h.loop.tick()
+    assert h.observer.calls == 1
+    assert len(h.loop.states) == 50
