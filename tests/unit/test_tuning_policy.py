@@ -29,8 +29,8 @@ INTERVAL = 30.0
 def specs(draw: st.DrawFn) -> TuningSpec:
     name = draw(st.sampled_from(sorted(PROFILES)))
     mbs, pts = PROFILES[name]
-    lo_r = draw(st.integers(1, 4))
-    hi_r = draw(st.integers(lo_r, 12))
+    lo_r = draw(st.integers(0, 4))
+    hi_r = draw(st.integers(max(1, lo_r), 12))  # the API requires maxReplicas >= 1
     lo_d = draw(st.sampled_from([0, 0, 100, 500, 1000]))
     hi_d = draw(st.integers(lo_d, 30_000))
     return TuningSpec(
@@ -71,11 +71,11 @@ def observations(draw: st.DrawFn) -> Observation:
 
 def _check_bounds(dec: Decision, obs: Observation, spec: TuningSpec) -> None:
     if spec.tune_replicas:
-        assert spec.min_replicas <= dec.replicas <= spec.max_replicas
+        floor = max(1, spec.min_replicas)  # minReplicas 0 counts as 1 (no scale from zero)
+        assert floor <= dec.replicas <= spec.max_replicas
         if obs.schedulable_headroom is not None and dec.replicas > obs.replicas:
             # minReplicas is the user's floor: it wins over what the cluster can schedule.
-            assert dec.replicas <= max(obs.replicas + obs.schedulable_headroom,
-                                       spec.min_replicas)
+            assert dec.replicas <= max(obs.replicas + obs.schedulable_headroom, floor)
     else:
         assert dec.replicas == obs.replicas
     if spec.tune_delay:

@@ -173,6 +173,14 @@ class _Model:
         return min(d for d in ok if self.at(rate, d).gpu_ms_per_inference <= best * (1 + NEAR_BEST))
 
 
+def _effective(spec: TuningSpec) -> TuningSpec:
+    """minReplicas 0 counts as 1: with no pod there are no Triton metrics to see demand by,
+    so scaling from zero needs an activator this policy does not have."""
+    if spec.min_replicas >= 1:
+        return spec
+    return replace(spec, min_replicas=1, max_replicas=max(1, spec.max_replicas))
+
+
 def _latency(spec: TuningSpec, buckets: tuple[curve_mod.Bucket, ...]) -> LatencyCurve | None:
     return curve_mod.estimate(buckets, spec.prior_batch_latency_ms, spec.max_batch_size)
 
@@ -198,6 +206,7 @@ def _missing(obs: Observation) -> list[str]:
 
 def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     """The replicas and delay to run next, with the reason; see the module docstring."""
+    spec = _effective(spec)
     missing = _missing(obs)
     if obs.rps is not None and obs.rps == 0 and "rps" not in missing:
         missing = []  # no traffic: there is no batch or latency to report, and none is needed
@@ -373,7 +382,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             kind_r = "scale-down"
             why_r = (
                 f"load {_fmt_rate(rps)} rps fits {replicas} replicas (predicted p99 "
-                f"{_fmt_ms(model.p99(plan_rps / replicas, obs.delay_us))} ms, target "
+                f"{_fmt_ms(model.p99(plan_rps / max(1, replicas), obs.delay_us))} ms, target "
                 f"{_fmt_ms(model.target)} ms), the most recommended in the last "
                 f"{STABILISATION_S:.0f} s"
             )
@@ -467,6 +476,7 @@ def recommend(latency: LatencyCurve, rps: float, spec: TuningSpec) -> Plan:
     """The starting (replicas, delay) for a steady rate, from a known batch-latency curve."""
     if rps < 0:
         raise ValueError(f"rps must be >= 0, got {rps}")
+    spec = _effective(spec)
     model = _Model(spec, latency, 1.0)
     plan_rps = rps * (1 + HEADROOM)
     n = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, spec.min_delay_us)
