@@ -125,7 +125,7 @@ def test_holds_on_missing_metrics(spec: TuningSpec, obs: Observation, field: str
     assert dec.kind in ("hold", "bounds")
     assert "missing" in dec.reason and field in dec.reason
     _check_bounds(dec, obs, spec)
-    if (spec.min_replicas <= obs.replicas <= spec.max_replicas
+    if (max(1, spec.min_replicas) <= obs.replicas <= spec.max_replicas
             and spec.min_delay_us <= obs.delay_us <= spec.max_delay_us):
         assert not dec.changes(obs)
 
