@@ -67,7 +67,7 @@ def operator_prometheus(stack: Any, tmp_path_factory: pytest.TempPathFactory) ->
     target = urllib.parse.urlsplit(stack.operator_metrics_url).netloc
     prom = PrometheusServer(
         None,
-        scrape_interval_s=2.0,
+        scrape_interval_s=5.0,
         workdir=tmp_path_factory.mktemp("operator-prometheus"),
         static_targets=[(target, {"job": "batchop-operator"})],
     )

@@ -138,8 +138,10 @@ PANELS: tuple[Panel, ...] = (
         ),
         "Requests inside Triton that have not completed, summed over pods.",
     ),
+    # The Prometheus query latency (batchop_prometheus_query_duration_seconds) joins this
+    # panel once the observer times its queries with batchop.metrics.time_query.
     Panel(
-        "Operator: tick duration and Prometheus query latency (p95)",
+        "Operator: tuning tick duration (p95)",
         "s",
         (
             Query(
@@ -148,20 +150,18 @@ PANELS: tuple[Panel, ...] = (
                 "tick",
                 "operator",
             ),
-            Query(
-                "histogram_quantile(0.95, sum by (le, query) "
-                "(rate(batchop_prometheus_query_duration_seconds_bucket[$__rate_interval])))",
-                "query {{query}}",
-                "operator",
-            ),
         ),
-        "How long one tuning tick for all BatchedModels takes, and its Prometheus queries.",
+        "How long one tuning tick for all BatchedModels takes (queries, decisions, status).",
     ),
 )
 
 # Decisions, drawn as annotations on every panel: one per decision that changed something.
+# A (kind, reason) series is born at 1 on its first decision, which increase() cannot see
+# (it has no earlier sample), so a series that did not exist one interval ago counts too.
+_DECIDED = f"batchop_decisions_total{{{SEL}}}"
 DECISIONS = Query(
-    f"sum by (kind, reason) (increase(batchop_decisions_total{{{SEL}}}[$__interval])) > 0",
+    f"sum by (kind, reason) ((increase({_DECIDED}[$__interval]) > 0) "
+    f"or ({_DECIDED} unless {_DECIDED} offset $__interval))",
     "{{kind}}: {{reason}}",
     "operator",
 )

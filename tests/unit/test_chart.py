@@ -422,3 +422,35 @@ def test_alerts_fire_when_and_only_when_they_should(
     got = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
                          text=True, timeout=60, cwd=tmp_path)
     assert got.returncode == 0, got.stdout + got.stderr
+
+
+def test_decision_annotation_marks_first_and_later_decisions_only(
+    promtool: str, tmp_path: Path
+) -> None:
+    """A counter series is born at 1 (first decision of its kind and reason): the annotation
+    query must mark that moment and each later increment, and nothing in between."""
+    labels = 'namespace="ns", batchedmodel="bm", kind="scale-up", reason="p99 #ms over SLO"'
+    expr = dashboard.substitute(dashboard.DECISIONS.expr, "ns", "bm", interval="30s")
+    out = {"kind": "scale-up", "reason": "p99 #ms over SLO"}
+    (tmp_path / "none.yaml").write_text("groups: []\n")
+
+    def at(seconds: int, marked: bool) -> dict[str, Any]:
+        samples = [{"labels": "{" + ", ".join(f'{k}="{v}"' for k, v in out.items()) + "}",
+                    "value": 1}] if marked else []
+        return {"expr": expr, "eval_time": f"{seconds}s", "exp_samples": samples}
+
+    test = {
+        "rule_files": ["none.yaml"],
+        "tests": [{
+            "interval": "30s",
+            # absent at 0, 30, 60 s; first decision at 90 s; second at 180 s
+            "input_series": [{"series": f"batchop_decisions_total{{{labels}}}",
+                              "values": "_ _ _ 1 1 1 2 2 2"}],
+            "promql_expr_test": [at(60, False), at(90, True), at(120, False),
+                                 at(150, False), at(180, True), at(210, False)],
+        }],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
+    got = subprocess.run([promtool, "test", "rules", "test.yaml"], capture_output=True,
+                         text=True, timeout=60, cwd=tmp_path)
+    assert got.returncode == 0, got.stdout + got.stderr
