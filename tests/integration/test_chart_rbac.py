@@ -254,6 +254,59 @@ def test_service_account_is_denied_unwatched_namespaces(cluster: Any, chart: Ins
         assert not can_i(cluster, chart.sa_kubeconfig, verb, resource, None), (verb, resource)
 
 
+def test_cluster_wide_install_grants_the_same_rules_everywhere_and_no_more(
+    cluster: Any, chart: Installed, tmp_path: Path
+) -> None:
+    """`watchNamespaces` empty: one ClusterRole; the SA acts in every namespace, reads CRDs
+    (kopf's scanning), and is still denied secrets, nodes and writes to CRDs."""
+    release = f"batchop-all-{uuid.uuid4().hex[:6]}"
+    kube = ["--kubeconfig", str(cluster.kubeconfig)]
+    got = cluster_helm(
+        chart.helm,
+        *kube,
+        "install",
+        release,
+        str(CHART),
+        "-n",
+        release,
+        "--create-namespace",
+        "--set",
+        "replicaCount=0",
+    )
+    assert got.returncode == 0, got.stdout + got.stderr
+    try:
+        manifest = cluster_helm(chart.helm, *kube, "get", "manifest", release, "-n", release)
+        docs = [d for d in yaml.safe_load_all(manifest.stdout) if d]
+        kinds = {d["kind"] for d in docs}
+        assert {"ClusterRole", "ClusterRoleBinding"} <= kinds and "Role" not in kinds
+        (sa,) = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
+        config = _sa_kubeconfig(cluster, release, sa, tmp_path / "kubeconfig")
+        for namespace in (chart.other, chart.watched, "default"):
+            for verb, resource in NEEDED:
+                assert can_i(cluster, config, verb, resource, namespace), (verb, resource)
+            for verb, resource in DENIED_IN_WATCHED:
+                assert not can_i(cluster, config, verb, resource, namespace), (verb, resource)
+        allowed = [
+            ("list", "pods"),
+            ("watch", "batchedmodels.batchop.io"),
+            ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+        ]
+        denied = [
+            ("list", "secrets"),
+            ("list", "nodes"),
+            ("list", "namespaces"),
+            ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+            ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+        ]
+        for verb, resource in allowed:
+            assert can_i(cluster, config, verb, resource, None), (verb, resource)
+        for verb, resource in denied:
+            assert not can_i(cluster, config, verb, resource, None), (verb, resource)
+    finally:
+        cluster_helm(chart.helm, *kube, "uninstall", release, "-n", release, "--wait")
+        delete_namespace(cluster, release)
+
+
 # --- the operator, run under the SA's token ------------------------------------------------
 
 
