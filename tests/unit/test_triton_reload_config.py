@@ -9,6 +9,7 @@ import pytest
 
 from batchop.act.triton_reload import (
     ServerUnreachable,
+    grpc_url,
     live_delay,
     set_queue_delay_sync,
     with_queue_delay,
@@ -48,9 +49,16 @@ def test_model_without_dynamic_batching_refused() -> None:
         with_queue_delay(config, 100)
 
 
-def test_nothing_listening_is_unreachable() -> None:
+@pytest.mark.parametrize("grpc_port", [8001, None])
+def test_nothing_listening_is_unreachable(grpc_port: int | None) -> None:
+    host = "127.0.91.7"  # an address of its own: nothing else listens on its gRPC port
     with socket.socket() as s:  # a free port nobody listens on
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         port = s.getsockname()[1]
-    with pytest.raises(ServerUnreachable, match=f"127.0.0.1:{port}"):
-        set_queue_delay_sync(f"127.0.0.1:{port}", "synth", 100, timeout=5)
+    with pytest.raises(ServerUnreachable, match=f"{host}:{port}"):
+        set_queue_delay_sync(f"{host}:{port}", "synth", 100, timeout=5, grpc_port=grpc_port)
+
+
+def test_grpc_url_is_on_the_same_host() -> None:
+    assert grpc_url("127.10.1.5:8000") == "127.10.1.5:8001"
+    assert grpc_url("127.10.1.5:8000", 9001) == "127.10.1.5:9001"

@@ -256,6 +256,7 @@ async def run_load(
     current: list[Target] = []
     pending: set[asyncio.Task[None]] = set()
     cpu0 = time.process_time()
+    start_unix = time.time()
     rr = 0
     loop_t0 = time.perf_counter()
 
@@ -332,6 +333,7 @@ async def run_load(
         if refresher.done():
             refresher.result()
         loop_t0 = time.perf_counter()
+        start_unix = time.time()
         cpu0 = time.process_time()
         for i, at in enumerate(schedule):
             delay = at - now()
@@ -361,6 +363,7 @@ async def run_load(
     ok = np.array(rec.ok, dtype=bool) & ~np.isnan(latency)
     report = summarize(sent, latency, ok, float(trace.end))
     lag = sent - np.array(rec.scheduled) if len(sent) else np.zeros(1)
+    report["start_unix"] = round(start_unix, 6)  # send_s and timeline t count from here
     report["offered_rps"] = round(len(schedule) / trace.end, 2) if trace.end > 0 else 0.0
     report["send_lag_p99_ms"] = round(float(np.percentile(lag, 99)) * 1000, 3)
     # the generator's own CPU per request: its capacity on a free core is 1 / this
