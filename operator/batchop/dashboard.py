@@ -138,10 +138,8 @@ PANELS: tuple[Panel, ...] = (
         ),
         "Requests inside Triton that have not completed, summed over pods.",
     ),
-    # The Prometheus query latency (batchop_prometheus_query_duration_seconds) joins this
-    # panel once the observer times its queries with batchop.metrics.time_query.
     Panel(
-        "Operator: tuning tick duration (p95)",
+        "Operator: tuning tick and Prometheus query duration (p95)",
         "s",
         (
             Query(
@@ -150,8 +148,15 @@ PANELS: tuple[Panel, ...] = (
                 "tick",
                 "operator",
             ),
+            Query(
+                "histogram_quantile(0.95, sum by (le, query) "
+                "(rate(batchop_prometheus_query_duration_seconds_bucket[$__rate_interval])))",
+                "query {{query}}",
+                "operator",
+            ),
         ),
-        "How long one tuning tick for all BatchedModels takes (queries, decisions, status).",
+        "How long one tuning tick for all BatchedModels takes (queries, decisions, status), "
+        "and how long Prometheus takes to answer each of the tick's queries.",
     ),
 )
 

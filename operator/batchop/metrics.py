@@ -183,10 +183,10 @@ class OperatorMetrics:
     def observe_model(self, bm: Mapping[str, Any]) -> None:
         """Set every per-model gauge from a BatchedModel object (spec and status).
 
-        The one call the controller makes after it reads or writes a BatchedModel: desired
-        replicas are spec.scaling.replicas (the scale subresource's path), ready replicas
-        and the applied delay come from status, the desired delay from the last decision
-        (else the spec's start value), and each status condition becomes `batchop_condition`.
+        The one call the controller makes after it writes a BatchedModel's status: desired
+        replicas and delay are the last decision's for a knob the tuner tunes, else the
+        spec's (spec.scaling.replicas is the scale subresource's path); ready replicas and
+        the applied delay come from status; each condition becomes `batchop_condition`.
         """
         meta = bm.get("metadata") or {}
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
@@ -202,15 +202,27 @@ class OperatorMetrics:
                 return None
             return float(cur)
 
-        desired_delay = number("maxQueueDelayMicroseconds", where=decision)
+        # What the tuner decided rules each knob it tunes (the Deployment is rendered from
+        # status.lastDecision then); a knob it does not tune follows the spec.
+        autotune = spec.get("autotune") or {}
+        desired_delay = (
+            number("maxQueueDelayMicroseconds", where=decision)
+            if autotune.get("queueDelay", True)
+            else None
+        )
         if desired_delay is None:
             desired_delay = number("batching", "maxQueueDelayMicroseconds")
+        desired_replicas = (
+            number("replicas", where=decision) if autotune.get("replicas", True) else None
+        )
+        if desired_replicas is None:
+            desired_replicas = number("scaling", "replicas")
         self.set_state(
             namespace,
             name,
             applied_delay_us=number("maxQueueDelayMicroseconds", where=status),
             desired_delay_us=desired_delay,
-            desired_replicas=number("scaling", "replicas"),
+            desired_replicas=desired_replicas,
             ready_replicas=number("readyReplicas", where=status),
             slo_ms=number("slo", "p99LatencyMilliseconds"),
         )

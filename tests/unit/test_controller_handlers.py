@@ -207,3 +207,17 @@ def test_kopf_wiring_adds_no_finalizer_and_names_the_indexes() -> None:
     ops = operator_settings(Settings(namespaces=("a",), all_namespaces=False))
     assert ops.peering.standalone and ops.scanning.disabled
     assert ops.persistence.finalizer.startswith("batchop.io/")
+
+
+def test_status_write_exports_conditions_for_alerts() -> None:
+    from batchop.metrics import METRICS
+
+    w = World()
+    w.handlers.reconcile(w.bm)
+    ns, name = w.bm["metadata"]["namespace"], w.bm["metadata"]["name"]
+    for ctype, cond in w.conditions().items():
+        if cond["status"] in ("True", "False"):
+            value = METRICS.registry.get_sample_value(
+                "batchop_condition", {"namespace": ns, "batchedmodel": name, "type": ctype}
+            )
+            assert value == (1.0 if cond["status"] == "True" else 0.0), ctype

@@ -140,3 +140,20 @@ def test_observe_model_without_status_uses_the_spec_and_skips_the_rest() -> None
     samples = scrape(m)
     assert samples[("batchop_desired_queue_delay_microseconds", bm())] == 250
     assert ("batchop_ready_replicas", bm()) not in samples
+
+
+@pytest.mark.parametrize("tuned", [True, False])
+def test_observe_model_desired_knobs_follow_the_decision_only_when_tuned(tuned: bool) -> None:
+    m = OperatorMetrics(process_collectors=False)
+    m.observe_model({
+        "metadata": {"namespace": "ml", "name": "resnet"},
+        "spec": {
+            "scaling": {"replicas": 1},
+            "batching": {"maxQueueDelayMicroseconds": 250},
+            "autotune": {"queueDelay": tuned, "replicas": tuned},
+        },
+        "status": {"lastDecision": {"maxQueueDelayMicroseconds": 900, "replicas": 4}},
+    })
+    samples = scrape(m)
+    assert samples[("batchop_desired_replicas", bm())] == (4 if tuned else 1)
+    assert samples[("batchop_desired_queue_delay_microseconds", bm())] == (900 if tuned else 250)

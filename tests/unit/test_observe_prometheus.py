@@ -104,3 +104,28 @@ def test_stale_or_undated_data_is_dropped(age: float | None) -> None:
 def test_absent_model_gives_empty_observation() -> None:
     obs = build_observation(None, time_s=1.0, replicas=2, ready_replicas=0, delay_us=500)
     assert not obs.complete and obs.age_s == math.inf and obs.replicas == 2
+
+
+def test_observer_times_each_query_and_counts_the_failed_one() -> None:
+    """Against a port nothing listens on: the first query fails, is timed and counted."""
+    import socket
+
+    from batchop.metrics import METRICS
+    from batchop.observe.prometheus import PrometheusObserver, PrometheusUnavailable
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    observer = PrometheusObserver(f"http://127.0.0.1:{port}", timeout_s=1)
+    first = next(iter(observer.queries))
+
+    def sample(name: str) -> float:
+        return METRICS.registry.get_sample_value(name, {"query": first}) or 0.0
+
+    errors, timed = sample("batchop_prometheus_query_errors_total"), sample(
+        "batchop_prometheus_query_duration_seconds_count"
+    )
+    with pytest.raises(PrometheusUnavailable):
+        observer.observe()
+    assert sample("batchop_prometheus_query_errors_total") == errors + 1
+    assert sample("batchop_prometheus_query_duration_seconds_count") == timed + 1

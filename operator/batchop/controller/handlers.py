@@ -341,6 +341,7 @@ class Handlers:
                         raise
                     current = self.cluster.get_model(*key)
                     continue
+                _export_metrics(current, status)
                 return current, dict(status)
             raise APIError(409, f"status of {key[0]}/{key[1]} kept changing; will retry")
 
@@ -550,6 +551,16 @@ def _record_error(bm: Mapping[str, Any], stage: str) -> None:
     except ImportError:
         return
     record_reconcile_error(str(meta.get("namespace", "")), str(meta.get("name", "")), stage)
+
+
+def _export_metrics(bm: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+    """Mirror the status just written (conditions, replicas, delays) in the operator's
+    metrics: alerts on `batchop_condition` need every condition change exported."""
+    try:
+        from batchop.metrics import observe_model
+    except ImportError:
+        return
+    observe_model({**bm, "status": {**(bm.get("status") or {}), **status}})
 
 
 def _forget_metrics(bm: Mapping[str, Any]) -> None:

@@ -188,5 +188,12 @@ class PrometheusObserver:
             raise PrometheusUnavailable(f"prometheus at {self.url}: {exc}") from exc
 
     def observe(self) -> dict[Key, ObservationParts]:
-        per_metric = {name: parse_vector(self.query(q)) for name, q in self.queries.items()}
+        """One query per metric, each timed (and counted when it fails) in the operator's
+        metrics under its part name, so the dashboard shows how slow Prometheus is."""
+        from batchop.metrics import time_query
+
+        per_metric: dict[str, dict[Key, float | None]] = {}
+        for name, promql in self.queries.items():
+            with time_query(name):
+                per_metric[name] = parse_vector(self.query(promql))
         return assemble(per_metric)
