@@ -6,6 +6,11 @@ model generated from the cpu-demo latency profile; drives an open-loop load that
 back down; prints a live table every few seconds (from Prometheus and the BatchedModel's
 status); writes DIR/report.json and DIR/report.png; tears everything down on exit (Ctrl-C and
 SIGTERM included).
+
+The operator tunes the model: the decisions shown and reported are the operator's own, read
+from the BatchedModel's status.lastDecision at each sample (two decisions within one sample
+period show as the later one). The report's `summary` counts the delay and replica changes and
+judges p99 against the SLO on each load step once it has settled (batchop.local.steps).
 """
 
 from __future__ import annotations
@@ -55,11 +60,13 @@ class DemoResult:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     load: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "timeline": [asdict(s) for s in self.timeline],
             "decisions": self.decisions,
+            "summary": self.summary,
             "notes": self.notes,
             "load": self.load,
         }
@@ -380,15 +387,50 @@ def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: fl
     result.load = {k: v for k, v in load.report.items() if k != "records"}
     if load.error is not None:
         raise RuntimeError(f"the load generator failed: {load.error}") from load.error
+    result.summary = _summarize(result, trace, bm)
+    for line in summary_lines(result.summary):
+        out(line)
     notes = []
     if not result.decisions:
         notes.append(
-            "no tuning decisions were made: this build's operator has no tuning loop yet, so "
-            f"the stack ran at the fixed delay {bm.spec.batching.max_queue_delay_microseconds} "
-            f"us and {bm.spec.scaling.replicas} replica(s) from the BatchedModel's spec"
+            "no tuning decisions were made: the operator held at the BatchedModel's start "
+            f"values (delay {bm.spec.batching.max_queue_delay_microseconds} us, "
+            f"{bm.spec.scaling.replicas} replica(s)) for the whole run; its log "
+            "(operator.log next to this report) says why each tick held"
         )
         out(f"NOTE: {notes[-1]}")
     return notes
+
+
+def _summarize(result: DemoResult, trace: Any, bm: Any) -> dict[str, Any]:
+    """Knob changes and per-step p99 verdicts; a step settles after two tuning intervals."""
+    from batchop.local.steps import summary
+
+    interval = float(bm.spec.autotune.interval_seconds)
+    return summary(
+        [asdict(s) for s in result.timeline], result.decisions, trace.segments(),
+        slo_ms=float(bm.spec.slo.p99_latency_milliseconds), settle_s=2 * interval,
+        start_delay_us=int(bm.spec.batching.max_queue_delay_microseconds),
+        start_replicas=int(bm.spec.scaling.replicas),
+    )
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    """The summary as the demo prints it. Pure."""
+    changes = summary.get("changes") or {}
+    lines = [f"operator decisions: {changes.get('delay', 0)} delay change(s), "
+             f"{changes.get('replicas', 0)} replica change(s)"]
+    for step in summary.get("steps") or []:
+        if step["within_slo"] is None:
+            verdict = f"not judged (shorter than the {summary['settle_s']:g}s settling time)"
+        else:
+            verdict = (f"p99 max {step['p99_max_ms']:.1f} ms "
+                       f"{'<=' if step['within_slo'] else '>'} SLO {step['slo_ms']:g} ms "
+                       f"over {step['samples']} settled sample(s), "
+                       f"{step['last_replicas']} replica(s) at the end")
+        lines.append(f"  step {step['start_s']:g}-{step['end_s']:g}s at "
+                     f"{step['offered_rps']:g} req/s: {verdict}")
+    return lines
 
 
 def _write_report(result: DemoResult, report_dir: Path, out: Callable[[str], None]) -> None:
