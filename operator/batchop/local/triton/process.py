@@ -202,7 +202,8 @@ class TritonProcess:
         proc = self.proc
         if proc is None:
             return None
-        if proc.poll() is None:
+        exited_by_itself = proc.poll() is not None
+        if not exited_by_itself:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -212,7 +213,8 @@ class TritonProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         code = proc.wait()
-        if self._own_log and code == 0:
+        # A temporary log is kept only when the server died on its own (it says why).
+        if self._own_log and not exited_by_itself:
             self.log_path.unlink(missing_ok=True)
         return code
 
