@@ -60,7 +60,9 @@ def test_wire_format_is_camel_case() -> None:
     }
     assert dumped["spec"]["batching"]["maxQueueDelayMicroseconds"] == 800
     assert set(dumped["spec"]["slo"]) == {"p99LatencyMilliseconds"}
-    assert set(dumped["spec"]["autotune"]) == {"queueDelay", "replicas", "intervalSeconds"}
+    assert set(dumped["spec"]["autotune"]) == {
+        "queueDelay", "replicas", "intervalSeconds", "scaleDownStabilizationSeconds"
+    }
 
 
 def test_python_code_may_use_snake_case_but_manifests_may_not() -> None:

@@ -19,7 +19,7 @@ def test_bounds_and_targets_come_from_the_spec() -> None:
             "maxQueueDelayLimitMicroseconds": 9000,
         },
         slo={"p99LatencyMilliseconds": 25},
-        autotune={"queueDelay": False, "intervalSeconds": 15},
+        autotune={"queueDelay": False, "intervalSeconds": 15, "scaleDownStabilizationSeconds": 90},
     )
     spec = tuning_spec(parse_batched_model(manifest), prior_batch_latency_ms=((1, 2.0),))
     assert (spec.slo_ms, spec.max_batch_size) == (25.0, 32)
@@ -28,6 +28,7 @@ def test_bounds_and_targets_come_from_the_spec() -> None:
     assert spec.preferred_batch_sizes == (8, 16)
     assert (spec.tune_delay, spec.tune_replicas, spec.interval_s) == (False, True, 15.0)
     assert spec.gpus_per_replica == 2
+    assert spec.scale_down_window_s == 90.0
     assert spec.prior_batch_latency_ms == ((1, 2.0),)
 
 

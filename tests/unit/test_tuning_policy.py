@@ -220,11 +220,12 @@ def test_noisy_steady_load_rarely_changes(loop, noise: float, rps: float, seed: 
     assert changes <= 1, [(d.kind, d.reason) for o, d in history[20:] if d.changes(o)]
 
 
-@given(loops(), st.floats(2000.0, 8000.0))
+@given(loops(), st.floats(2000.0, 8000.0), st.sampled_from([60.0, 120.0, STABILISATION_S]))
 @settings(max_examples=40, deadline=None)
-def test_scale_down_only_after_stabilisation_window(loop, high: float) -> None:
+def test_scale_down_only_after_stabilisation_window(loop, high: float, window: float) -> None:
     spec, pts = loop
-    per_tick = int(STABILISATION_S / spec.interval_s)
+    spec = replace(spec, scale_down_window_s=window)
+    per_tick = int(window / spec.interval_s)
     rates = [high] * 10 + [high / 20] * (3 * per_tick)
     history = _run(spec, pts, rates, 1, 0)
     peak = max(dec.replicas for _, dec in history[:10])
@@ -233,8 +234,8 @@ def test_scale_down_only_after_stabilisation_window(loop, high: float) -> None:
         if dec.replicas < obs.replicas:
             t = obs.time_s
             # A full window of history, none of which wanted more than the new count.
-            assert t >= STABILISATION_S - spec.interval_s, dec.reason
-            assert all(n <= dec.replicas for ts, n in wanted if t - STABILISATION_S < ts <= t)
+            assert t >= window - spec.interval_s, dec.reason
+            assert all(n <= dec.replicas for ts, n in wanted if t - window < ts <= t)
     if peak > spec.min_replicas:  # and it does scale down in the end
         assert history[-1][1].replicas < peak
 

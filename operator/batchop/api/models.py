@@ -481,6 +481,13 @@ class AutotuneSpec(APIModel):
     interval_seconds: int = Field(
         default=30, ge=5, le=3600, description="Seconds between tuning decisions."
     )
+    scale_down_stabilization_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=3600,
+        description="Replicas fall only to the highest count recommended over this many "
+        "seconds (as the HPA's scale-down stabilization window).",
+    )
     prometheus_url: str | None = Field(
         default=None,
         max_length=2048,

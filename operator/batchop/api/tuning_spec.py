@@ -28,6 +28,7 @@ def tuning_spec(
         tune_delay=spec.autotune.queue_delay,
         tune_replicas=spec.autotune.replicas,
         interval_s=float(spec.autotune.interval_seconds),
+        scale_down_window_s=float(spec.autotune.scale_down_stabilization_seconds),
         gpus_per_replica=max(1, spec.server.gpus),
         prior_batch_latency_ms=prior_batch_latency_ms,
     )

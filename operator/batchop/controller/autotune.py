@@ -54,6 +54,9 @@ def tuning_spec(bm: Mapping[str, Any]) -> TuningSpec:
         tune_delay=bool(_spec(bm, "autotune", "queueDelay", default=True)),
         tune_replicas=bool(_spec(bm, "autotune", "replicas", default=True)),
         interval_s=float(_spec(bm, "autotune", "intervalSeconds", default=30)),
+        scale_down_window_s=float(
+            _spec(bm, "autotune", "scaleDownStabilizationSeconds", default=300)
+        ),
         gpus_per_replica=int(_spec(bm, "server", "gpus", default=1)),
     )
 

@@ -44,7 +44,7 @@ HEADROOM = 0.10  # plan for this much more load than observed
 DOWN_HEADROOM = 0.15  # a lower replica count must also pass with this much more on top
 STALE_INTERVALS = 2.5  # samples older than this many intervals are stale
 SETTLE_INTERVALS = 3  # after a change, windowed rates and p99 mix old and new this long
-STABILISATION_S = 300.0  # scale-down window (max of recommendations), as the HPA's default
+STABILISATION_S = 300.0  # default scale-down window (TuningSpec.scale_down_window_s), as HPA's
 DELAY_MIN_CHANGE = 0.2  # relative delay change below which no reload is worth it
 GPU_MIN_GAIN = 0.05  # GPU time per inference a delay change must save
 DELAY_UP_WINDOW_S = 120.0  # the delay rises only when every recommendation this long agrees
@@ -360,7 +360,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         rec = min(max(rec, spec.min_replicas), spec.max_replicas)
         if not recs:  # no history: the running count is the recommendation to wait out
             recs = ((t, cur_n),)
-        recs = tuple((ts, n) for ts, n in recs if ts > t - STABILISATION_S) + ((t, rec),)
+        recs = tuple((ts, n) for ts, n in recs if ts > t - spec.scale_down_window_s) + ((t, rec),)
         if rec > cur_n:
             replicas = min(rec, hi)
             if replicas < rec:
@@ -371,7 +371,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             if rec < cur_n and replicas == cur_n:
                 notes.append(
                     f"{rec} replicas would do; scale-down waits for the "
-                    f"{STABILISATION_S:.0f} s window"
+                    f"{spec.scale_down_window_s:.0f} s window"
                 )
         replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
         if obs.schedulable_headroom is not None and replicas > cur_n:
@@ -384,7 +384,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
                 f"load {_fmt_rate(rps)} rps fits {replicas} replicas (predicted p99 "
                 f"{_fmt_ms(model.p99(plan_rps / max(1, replicas), obs.delay_us))} ms, target "
                 f"{_fmt_ms(model.target)} ms), the most recommended in the last "
-                f"{STABILISATION_S:.0f} s"
+                f"{spec.scale_down_window_s:.0f} s"
             )
         if need_up >= spec.max_replicas and not model.fits(
             plan_rps / spec.max_replicas, (lat_delay,)

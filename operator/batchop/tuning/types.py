@@ -31,6 +31,9 @@ class TuningSpec:
     # Optional prior for the batch-latency curve: (batch size, milliseconds) points, e.g.
     # from a profile. The policy refines it from observations.
     prior_batch_latency_ms: tuple[tuple[int, float], ...] = ()
+    # Scale-down stabilisation window: replicas fall only to the highest count recommended
+    # this long (spec.autotune.scaleDownStabilizationSeconds; the HPA's default).
+    scale_down_window_s: float = 300.0
 
 
 @dataclass(frozen=True)
