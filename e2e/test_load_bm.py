@@ -1,8 +1,9 @@
 """`batchop load --bm`: targets are the BatchedModel's Ready pods, found through the API server.
 
-A real local cluster (KWOK gives the pods 127.10.x.y addresses and marks them Ready); this test
-plays the pod runner itself by starting a real tritonserver on each pod's address, so the
-generator's discovery and spreading are checked end to end without the rest of the stack.
+The session stack (real cluster, pod runner): the pods declare a local model repository, the
+pod runner starts a real tritonserver on each pod's 127.10.x.y address and marks the pod Ready
+when Triton is, and the generator finds and spreads over exactly those pods. The operator is
+stopped for this test: its own Deployments would add pods to the BatchedModels.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 
 from batchop.api.constants import LABEL_MODEL
 from batchop.local.load import BatchedModelPods
-from batchop.local.triton import TritonProcess, write_model_repository
+from batchop.local.triton import write_model_repository
 from batchop.sim.profile import load_profile
 
 pytestmark = pytest.mark.e2e
@@ -45,13 +47,26 @@ def _bm(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def _pod(name: str, namespace: str, bm: str) -> dict[str, Any]:
+def _pod(name: str, namespace: str, bm: str, repo: Path) -> dict[str, Any]:
+    args = [f"--model-repository={repo}", "--model-control-mode=explicit",
+            f"--load-model={MODEL}"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MODEL: bm}},
-        "spec": {"containers": [{"name": "tritonserver", "image": "triton:none"}]},
+        "spec": {"containers": [{"name": "tritonserver", "image": "triton:none",
+                                 "command": ["tritonserver"], "args": args}]},
     }
+
+
+def _triton_ready(ip: str) -> bool:
+    # KWOK marks a new pod Ready for about a second before the pod runner corrects it, so ask
+    # the server itself as well.
+    try:
+        with urllib.request.urlopen(f"http://{ip}:8000/v2/models/{MODEL}/ready", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
 
 
 def _ready_ips(cluster: Any, namespace: str, bm: str, want: int) -> list[str]:
@@ -64,7 +79,7 @@ def _ready_ips(cluster: Any, namespace: str, bm: str, want: int) -> list[str]:
             and any(c["type"] == "Ready" and c["status"] == "True"
                     for c in p["status"].get("conditions", []))
         ]
-        if len(ips) >= want:
+        if len(ips) >= want and all(_triton_ready(ip) for ip in ips):
             return sorted(ips)
         time.sleep(0.5)
     raise AssertionError(f"pods of {namespace}/{bm} not Ready with an IP after 120 s")
@@ -83,11 +98,15 @@ def namespace(cluster: Any) -> Iterator[str]:
 
 
 def test_load_spreads_over_ready_pods_of_the_batchedmodel(
-    cluster: Any, namespace: str, tmp_path: Path
+    cluster: Any, stack: Any, namespace: str, tmp_path: Path
 ) -> None:
+    if stack.operator_running():
+        stack.stop_operator()
+    repo = tmp_path / "repo"
+    write_model_repository(repo, MODEL, load_profile(PROFILE), max_queue_delay_us=1000)
     objs = [_bm("demo", namespace), _bm("other", namespace),
-            _pod("demo-a", namespace, "demo"), _pod("demo-b", namespace, "demo"),
-            _pod("other-a", namespace, "other")]
+            _pod("demo-a", namespace, "demo", repo), _pod("demo-b", namespace, "demo", repo),
+            _pod("other-a", namespace, "other", repo)]
     cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                         "items": objs}))
     ips = _ready_ips(cluster, namespace, "demo", 2)
@@ -98,27 +117,15 @@ def test_load_spreads_over_ready_pods_of_the_batchedmodel(
     assert [t.url for t in targets] == [f"{ip}:8000" for ip in ips]
     assert {t.model for t in targets} == {MODEL}  # from the BatchedModel's spec.model.name
 
-    repo = tmp_path / "repo"
-    write_model_repository(repo, MODEL, load_profile(PROFILE), max_queue_delay_us=1000)
-    servers = [TritonProcess(repo, address=ip, load_models=[MODEL],
-                             log_path=tmp_path / f"{ip}.log") for ip in ips]
-    for s in servers:
-        s.start()
-    try:
-        for s in servers:
-            s.wait_ready(120)
-        out = tmp_path / "load.json"
-        proc = subprocess.run(
-            [sys.executable, "-m", "batchop", "load", "--rps", "80", "--duration", "4",
-             "--bm", f"{namespace}/demo", "--kubeconfig", str(cluster.kubeconfig),
-             "--json", str(out)],
-            capture_output=True, text=True, timeout=180,
-        )
-        assert proc.returncode == 0, proc.stderr
-        report = json.loads(out.read_text())
-    finally:
-        for s in servers:
-            s.stop()
+    out = tmp_path / "load.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "batchop", "load", "--rps", "80", "--duration", "4",
+         "--bm", f"{namespace}/demo", "--kubeconfig", str(cluster.kubeconfig),
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
     assert report["failed"] == 0 and report["ok"] == report["requests"] > 100
     assert report["targets"] == [f"{ip}:8000" for ip in ips]
     per_target = {u: report["records"]["target"].count(u) for u in report["targets"]}
