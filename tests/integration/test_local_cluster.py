@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from batchop.local.cluster import LocalCluster
+from batchop.local.cluster import SERVICE_CIDR, LocalCluster
 from batchop.local.nodes import GPU_RESOURCE, LOCAL_LABEL, POD_NETWORK
 
 pytestmark = pytest.mark.integration
@@ -54,6 +54,14 @@ def test_nodes_are_ready_and_advertise_gpus(cluster: LocalCluster) -> None:
         assert ready and ready[0]["status"] == "True"
         assert ipaddress.ip_network(node["spec"]["podCIDR"]).subnet_of(POD_NETWORK)
     assert cluster.status().gpus == cluster.node_count * cluster.gpus_per_node
+
+
+def test_service_ips_come_from_the_wide_service_range(cluster: LocalCluster) -> None:
+    """The default /24 ran out after 253 Services; ClusterIPs now come from SERVICE_CIDR."""
+    service_range = ipaddress.ip_network(SERVICE_CIDR)
+    assert service_range.num_addresses >= 4096
+    ip = cluster.kubectl_json("get", "service", "kubernetes", "-n", "default")["spec"]["clusterIP"]
+    assert ipaddress.ip_address(ip) in service_range
 
 
 def test_gpu_pod_runs_with_a_bindable_loopback_ip(cluster: LocalCluster, namespace: str) -> None:

@@ -40,6 +40,9 @@ kind: KwokctlConfiguration
 options:
   bindAddress: 127.0.0.1
 """
+# The virtual ClusterIP range. kube-apiserver's default is a /24 (253 Services), too few for
+# the 1,000-model scale benchmark; nothing binds these addresses (pods use loopback IPs).
+SERVICE_CIDR = "10.96.0.0/16"
 
 
 class ClusterError(RuntimeError):
@@ -309,6 +312,7 @@ class LocalCluster:
             "--etcd-binary", str(binaries.etcd),
             "--kwok-controller-binary", str(binaries.kwok),
             "--kube-authorization=true",
+            "--extra-args", f"kube-apiserver=service-cluster-ip-range={SERVICE_CIDR}",
             "--kubeconfig", "",  # leave ~/.kube/config alone; ours is self.kubeconfig
             "--wait", f"{int(timeout_s)}s",
             "--quiet-pull",
