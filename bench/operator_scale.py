@@ -1,0 +1,318 @@
+"""One operator, N BatchedModels: cold reconcile time, CPU per tuning tick, RSS, queries per tick.
+
+Run: .venv/bin/python bench/operator_scale.py [--models 100 1000] [--window 60]
+
+Brings up its own local cluster (--name, default batchop-scale; taken down at the end), installs
+the CRD, and for each N creates N BatchedModels at 0 replicas (KWOK; no Triton, no pods) with
+queue-delay tuning on every 5 s, then starts one `batchop run` and measures:
+
+- time from starting the operator until every model has Ready=True at its generation;
+- operator CPU (utime+stime from /proc) per tuning tick over a steady window of --window s,
+  ticks counted by the operator's own batchop_tick_duration_seconds histogram;
+- peak RSS (VmHWM);
+- Prometheus queries per tick, counted at the endpoint.
+
+SYNTHETIC PROMETHEUS, FOR THIS BENCHMARK ONLY: the operator's --prometheus-url points at a tiny
+in-process HTTP server (FakePrometheus below) that answers every instant query with one series
+per model (fixed, healthy figures well within the SLO). It exercises the observer's request and
+parsing path at N series per query; it is not a Prometheus and nothing else uses it.
+
+Writes the table to bench/results/operator_scale.md after each N (a partial run keeps its rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from batchop.api.constants import PROM_LABEL_MODEL
+from batchop.local.cluster import LocalCluster
+
+REPO = Path(__file__).resolve().parents[1]
+CRD = REPO / "crds" / "batchedmodel.yaml"
+RESULTS = REPO / "bench" / "results" / "operator_scale.md"
+TICK_METRIC = "batchop_tick_duration_seconds"
+
+# Synthetic per-model values, picked by a fragment of the PromQL the observer sends.
+SYNTHETIC = (
+    ("nv_inference_request_summary_us", 20.0),  # p99 ms (SLO is 50 ms)
+    ("timestamp(", 2.0),  # age of the freshest sample, s
+    ("up{", 1.0),  # scraped pods
+    ("pending_request_count", 0.0),
+    ("queue_duration_us", 1.0),  # queue ms per request
+    ("compute_infer_duration_us", 5.0),  # compute ms per request
+    ("nv_inference_exec_count", 4.0),  # average batch
+    ("nv_inference_request_success", 100.0),  # request rate
+)
+
+
+class FakePrometheus:
+    """SYNTHETIC, benchmark only: answers /api/v1/query with one series per model; counts."""
+
+    def __init__(self) -> None:
+        self.models: list[tuple[str, str]] = []
+        self.queries = 0
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, query: str) -> None:
+                with fake.lock:
+                    fake.queries += 1
+                    models = list(fake.models)
+                value = next((v for frag, v in SYNTHETIC if frag in query), 1.0)
+                now = time.time()
+                result = [
+                    {
+                        "metric": {"namespace": ns, PROM_LABEL_MODEL: name},
+                        "value": [now, str(value)],
+                    }
+                    for ns, name in models
+                ]
+                body = json.dumps(
+                    {"status": "success", "data": {"resultType": "vector", "result": result}}
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                params = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                self._answer(params.get("query", [""])[0])
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                params = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                self._answer(params.get("query", [""])[0])
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def count(self) -> int:
+        with self.lock:
+            return self.queries
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def proc_figures(pid: int) -> tuple[float, float, float]:
+    """(CPU seconds, RSS MiB, peak RSS MiB) of a running process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    mem = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            mem[key] = int(rest.split()[0]) / 1024
+    return cpu, mem.get("VmRSS", 0.0), mem.get("VmHWM", 0.0)
+
+
+def tick_figures(metrics_url: str) -> tuple[int, float]:
+    """(ticks, total tick wall seconds) from the operator's /metrics."""
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    count, total = 0, 0.0
+    for line in text.splitlines():
+        if line.startswith(f"{TICK_METRIC}_count"):
+            count = int(float(line.split()[-1]))
+        elif line.startswith(f"{TICK_METRIC}_sum"):
+            total = float(line.split()[-1])
+    return count, total
+
+
+def model(name: str, ns: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batchop.io/v1alpha1",
+        "kind": "BatchedModel",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "model": {"name": "resnet50", "repository": "s3://models/zoo", "maxBatchSize": 32},
+            "server": {"gpus": 1},
+            "scaling": {"replicas": 0, "minReplicas": 0, "maxReplicas": 2},
+            "batching": {"maxQueueDelayMicroseconds": 500},
+            "slo": {"p99LatencyMilliseconds": 50},
+            "autotune": {"queueDelay": True, "replicas": False, "intervalSeconds": 5},
+        },
+    }
+
+
+def reconciled(cluster: LocalCluster, ns: str) -> int:
+    done = 0
+    for bm in cluster.kubectl_json("get", "bm", "-n", ns)["items"]:
+        status = bm.get("status") or {}
+        ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+        if status.get("observedGeneration") == bm["metadata"]["generation"] and ready:
+            done += ready[0].get("status") == "True"
+    return done
+
+
+def run_one(
+    cluster: LocalCluster, prom: FakePrometheus, n: int, window: float, timeout: float
+) -> dict[str, Any]:
+    ns = f"scale-{n}"
+    cluster.kubectl("create", "namespace", ns)
+    names = [f"m{i:04d}" for i in range(n)]
+    for start in range(0, n, 250):
+        items = [model(name, ns) for name in names[start : start + 250]]
+        cluster.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+        )
+    with prom.lock:
+        prom.models = [(ns, name) for name in names]
+    live, metrics = free_port(), free_port()
+    log_path = Path(tempfile.gettempdir()) / f"batchop-operator-scale-{n}.log"
+    command = [
+        sys.executable, "-m", "batchop", "run",
+        "--kubeconfig", str(cluster.kubeconfig), "--namespace", ns,
+        "--liveness", f"http://127.0.0.1:{live}/healthz",
+        "--metrics-address", f"127.0.0.1:{metrics}",
+        "--prometheus-url", prom.url,
+        "--no-pod-monitor", "--log-format", "plain",
+    ]  # fmt: skip
+    row: dict[str, Any] = {"n": n}
+    with open(log_path, "wb") as log:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=cluster.environ()
+        )
+    try:
+        done = 0
+        while done < n:
+            if proc.poll() is not None:
+                raise RuntimeError(f"operator exited {proc.returncode}; log {log_path}")
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"only {done}/{n} reconciled after {timeout:.0f}s")
+            time.sleep(2)
+            try:
+                done = reconciled(cluster, ns)
+            except Exception as exc:  # a transient API error is one more try
+                print(f"  (poll failed: {exc})", flush=True)
+        row["cold_s"] = time.monotonic() - t0
+        row["cold_cpu_s"], _, row["cold_peak_mib"] = proc_figures(proc.pid)
+        print(f"  N={n}: all reconciled in {row['cold_s']:.1f} s", flush=True)
+        metrics_url = f"http://127.0.0.1:{metrics}/metrics"
+        ticks0, wall0 = tick_figures(metrics_url)
+        while True:  # start the window on a tick boundary
+            time.sleep(0.2)
+            ticks1, wall1 = tick_figures(metrics_url)
+            if ticks1 > ticks0:
+                break
+        cpu1, _, _ = proc_figures(proc.pid)
+        q1 = prom.count()
+        time.sleep(window)
+        ticks_end, _ = tick_figures(metrics_url)
+        ticks2, wall2 = ticks_end, 0.0
+        while ticks2 <= max(ticks_end, ticks1):  # end the window on a tick boundary too
+            time.sleep(0.2)
+            ticks2, wall2 = tick_figures(metrics_url)
+        cpu2, rss, peak = proc_figures(proc.pid)
+        q2 = prom.count()
+        ticks = ticks2 - ticks1
+        row.update(
+            ticks=ticks,
+            cpu_per_tick_ms=1000 * (cpu2 - cpu1) / ticks,
+            tick_wall_s=(wall2 - wall1) / ticks,
+            queries_per_tick=(q2 - q1) / ticks,
+            rss_mib=rss,
+            peak_mib=peak,
+        )
+        print(f"  N={n}: {json.dumps(row)}", flush=True)
+        return row
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| N models | cold reconcile, all Ready | per model | operator CPU (cold) | "
+        "CPU per tuning tick | tick wall time | Prometheus queries per tick | series per "
+        "query | RSS after | peak RSS |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['n']} | {r['cold_s']:.1f} s | {1000 * r['cold_s'] / r['n']:.0f} ms | "
+            f"{r['cold_cpu_s']:.1f} s | {r['cpu_per_tick_ms']:.0f} ms "
+            f"({1000 * r['cpu_per_tick_ms'] / r['n']:.0f} us/model) | {r['tick_wall_s']:.2f} s | "
+            f"{r['queries_per_tick']:.1f} | {r['n']} | {r['rss_mib']:.0f} MiB | "
+            f"{r['peak_mib']:.0f} MiB |"
+        )
+    return "\n".join(lines)
+
+
+def write_results(rows: list[dict[str, Any]], window: float) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        "# Operator scale (bench/operator_scale.py)\n\n"
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on the shared 2-core dev "
+        "machine (other helpers' tests running). One `batchop run`, 8 handler threads; models at "
+        "0 replicas with queue-delay tuning every 5 s; Prometheus is SYNTHETIC (an in-process "
+        "fake answering each query with one series per model, benchmark only). CPU per tick is "
+        f"all operator CPU over a {window:.0f} s steady window divided by the ticks in it "
+        "(includes the status patches and watch events the tuning causes).\n\n"
+        f"{table(rows)}\n"
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", type=int, nargs="+", default=[100, 1000])
+    ap.add_argument("--window", type=float, default=60.0, help="steady-state window, s")
+    ap.add_argument("--name", default="batchop-scale", help="local cluster name")
+    ap.add_argument("--keep-cluster", action="store_true")
+    args = ap.parse_args()
+    prom = FakePrometheus()
+    cluster = LocalCluster(args.name).up(replace=True)
+    rows: list[dict[str, Any]] = []
+    try:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", "crd/batchedmodels.batchop.io"
+        )
+        for n in args.models:
+            rows.append(run_one(cluster, prom, n, args.window, timeout=120 + 3 * n))
+            write_results(rows, args.window)
+    finally:
+        prom.stop()
+        if not args.keep_cluster:
+            cluster.down()
+    print(table(rows))
+    print(f"written to {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
