@@ -81,7 +81,12 @@ class LocalStack:
         return self
 
     def start_operator(self, extra_args: list[str] | None = None) -> None:
-        """`batchop run` as a subprocess against this cluster and this Prometheus."""
+        """`batchop run` as a subprocess against this cluster and this Prometheus.
+
+        A running operator is stopped first: two would fight over the same models, and the
+        one no longer referenced here would outlive the stack.
+        """
+        self.stop_operator()
         metrics_port, live_port = free_port(), free_port()
         cmd = [
             sys.executable, "-m", "batchop", "run",
