@@ -4,12 +4,14 @@
 Prometheus discovering the cluster's BatchedModel pods (5 s scrapes) and the pod runner
 running a real tritonserver per Running pod. `stack.repository_dir` is a folder for model
 repositories; `stack.prometheus.url`, `stack.runner`, `stack.observer()` are the handles.
-The operator is not started here (tests that need it call `stack.start_operator()`).
+The BatchedModel CRD is installed (an operator started before its CRD may not notice it);
+the operator is not started here (tests that need it call `stack.start_operator()`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,10 @@ def stack(cluster: Any, tmp_path_factory: pytest.TempPathFactory,
         if reporter is not None:
             reporter.write_line(f"[stack] {message}")
 
+    crd = Path(__file__).resolve().parents[1] / "crds" / "batchedmodel.yaml"
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    "crd/batchedmodels.batchop.io")
     local = LocalStack(cluster.kubeconfig, workdir=tmp_path_factory.mktemp("stack"), say=say)
     local.start()
     try:
