@@ -7,6 +7,10 @@ addresses. It exposes .name, .kubeconfig (Path), .kubectl(*args, input=None, che
 .kubectl_json(*args), .environ() (env with KUBECONFIG) and .status(). Torn down at the end.
 The name defaults to batchop-test-<pid> so concurrent test sessions do not collide;
 BATCHOP_TEST_CLUSTER overrides it, BATCHOP_KEEP_CLUSTER=1 leaves it running.
+
+`probed_cluster` (session scope): the same, named <name>-e2e, in "probes" readiness mode
+(batchop.local.stages): pods with a readinessProbe are Ready only once a prober (the e2e
+stack's pod runner) says so, as under a kubelet. e2e/conftest.py makes it the e2e `cluster`.
 """
 
 from __future__ import annotations
@@ -27,15 +31,16 @@ def _remove_orphaned_test_clusters(say: Callable[[str], None]) -> None:
     if not clusters.is_dir():
         return
     for path in clusters.glob(f"{TEST_CLUSTER_PREFIX}*"):
-        pid = path.name.removeprefix(TEST_CLUSTER_PREFIX)
+        pid = path.name.removeprefix(TEST_CLUSTER_PREFIX).split("-")[0]
         if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
             continue
         say(f"removing cluster {path.name!r} left by a dead test session")
         LocalCluster(path.name, progress=say).down()
 
 
-@pytest.fixture(scope="session")
-def cluster(pytestconfig: pytest.Config) -> Iterator[object]:
+def _session_cluster(
+    pytestconfig: pytest.Config, suffix: str, readiness: str
+) -> Iterator[object]:
     from batchop.local.cluster import LocalCluster
 
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
@@ -46,10 +51,21 @@ def cluster(pytestconfig: pytest.Config) -> Iterator[object]:
 
     _remove_orphaned_test_clusters(say)
     name = os.environ.get("BATCHOP_TEST_CLUSTER") or f"{TEST_CLUSTER_PREFIX}{os.getpid()}"
-    local = LocalCluster(name, nodes=2, gpus_per_node=4, progress=say)
+    local = LocalCluster(name + suffix, nodes=2, gpus_per_node=4, progress=say,
+                         readiness=readiness)
     local.up(replace=True)
     try:
         yield local
     finally:
         if not os.environ.get("BATCHOP_KEEP_CLUSTER"):
             local.down()
+
+
+@pytest.fixture(scope="session")
+def cluster(pytestconfig: pytest.Config) -> Iterator[object]:
+    yield from _session_cluster(pytestconfig, "", readiness="kwok")
+
+
+@pytest.fixture(scope="session")
+def probed_cluster(pytestconfig: pytest.Config) -> Iterator[object]:
+    yield from _session_cluster(pytestconfig, "-e2e", readiness="probes")

@@ -1,4 +1,9 @@
-"""The full local stack for e2e tests, built on the repo-wide `cluster` fixture.
+"""The full local stack for e2e tests, on a cluster of its own where readiness is probed.
+
+`cluster` (session scope, overrides the repo-wide one for e2e/): the repo-wide
+`probed_cluster`, whose pods are Ready only when the pod runner's Triton answers, as under a
+kubelet (with KWOK's default stage a new pod was Ready, and sent requests, a second before its
+Triton listened).
 
 `stack` (session scope): a `batchop.local.stack.LocalStack` on the test cluster: a real
 Prometheus discovering the cluster's BatchedModel pods (5 s scrapes) and the pod runner
@@ -15,6 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+@pytest.fixture(scope="session")
+def cluster(probed_cluster: Any) -> Any:
+    return probed_cluster
 
 
 @pytest.fixture(scope="session")

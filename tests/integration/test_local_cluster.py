@@ -137,3 +137,44 @@ def test_cli_reports_the_cluster_and_refuses_a_second_of_the_same_name(
     assert status["up"] and len(status["nodes"]) == cluster.node_count
     again = batchop("up")
     assert again.returncode == 1 and "already up" in again.stderr
+
+
+def _ready(pod: dict) -> str | None:
+    return next(
+        (c["status"] for c in pod["status"].get("conditions", []) if c["type"] == "Ready"), None
+    )
+
+
+def test_probes_mode_leaves_readiness_to_the_prober(probed_cluster: LocalCluster) -> None:
+    """In "probes" mode a pod with a readinessProbe is Running but not Ready until a prober
+    (the pod runner) reports it; a pod without one is Ready at once, as under a kubelet."""
+    cluster = probed_cluster
+    ns = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", ns)
+    try:
+        probed = json.loads(_gpu_pod("probed", 1))
+        probed["spec"]["containers"][0]["readinessProbe"] = {
+            "httpGet": {"path": "/v2/health/ready", "port": 8000}
+        }
+        cluster.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(probed))
+        cluster.kubectl("create", "-n", ns, "-f", "-", input=_gpu_pod("plain", 1))
+        for name in ("probed", "plain"):
+            cluster.kubectl("wait", "-n", ns, f"pod/{name}", "--timeout=60s",
+                            "--for=jsonpath={.status.phase}=Running", timeout=90)
+        items = cluster.kubectl_json("get", "pods", "-n", ns)["items"]
+        pods = {p["metadata"]["name"]: p for p in items}
+        assert _ready(pods["plain"]) == "True"
+        assert _ready(pods["probed"]) == "False"
+        assert pods["probed"]["status"]["podIP"]  # it has an address for the prober to bind
+
+        # The prober's verdict sticks: KWOK does not put its own back.
+        conditions = [{**c, "status": "True"} if c["type"] in ("Ready", "ContainersReady") else c
+                      for c in pods["probed"]["status"]["conditions"]]
+        cluster.kubectl("patch", "-n", ns, "pod/probed", "--subresource=status", "--type=merge",
+                        "-p", json.dumps({"status": {"conditions": conditions}}))
+        cluster.kubectl("wait", "-n", ns, "pod/probed", "--for=condition=Ready", "--timeout=30s",
+                        timeout=60)
+        cluster.kubectl("delete", "-n", ns, "pod/probed", "pod/plain", "--timeout=60s", timeout=90)
+        assert cluster.kubectl_json("get", "pods", "-n", ns)["items"] == []
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--memory", default="256Gi", help="memory per node (default 256Gi)")
     up.add_argument("--port", type=int, default=None,
                     help="kube-apiserver port (default: a free one)")
+    up.add_argument("--readiness", choices=("kwok", "probes"), default="kwok",
+                    help="kwok: pods are Ready once they have an address (default); probes: "
+                    "pods with a readinessProbe wait for a prober, e.g. the pod runner")
     up.add_argument("--replace", action="store_true",
                     help="delete a cluster of that name first instead of failing")
     up.add_argument("--crd", action="append", default=[], metavar="PATH",
@@ -55,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
             cluster = LocalCluster(args.name, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                                   cpu=args.cpu, memory=args.memory, port=args.port)
+                                   cpu=args.cpu, memory=args.memory, port=args.port,
+                                   readiness=args.readiness)
             cluster.up(replace=args.replace)
             for path in args.crd:
                 cluster.apply_file(Path(path))

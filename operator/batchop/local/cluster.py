@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchop.local import build, nodes
+from batchop.local import build, nodes, stages
 from batchop.local.versions import load_pins
 
 NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -90,13 +90,20 @@ def creation_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def kwokctl_config_file() -> Path:
-    """KWOKCTL_CONFIG written (atomically) into the cache; its path for kwokctl --config."""
-    path = build.cache_root() / "kwokctl.yaml"
-    if not path.exists() or path.read_text() != KWOKCTL_CONFIG:
+def kwokctl_config_file(readiness: str = "kwok") -> Path:
+    """The kwokctl --config file for a readiness mode, written (atomically) into the cache.
+
+    "kwok": KWOK's default stages (pods Ready as soon as they have an address). "probes":
+    pods with a readinessProbe wait for a prober (the pod runner); see batchop.local.stages.
+    """
+    text = KWOKCTL_CONFIG
+    if readiness == "probes":
+        text += "---\n" + stages.probed_stages(stages.kwok_module_dir(load_pins().kwok))
+    path = build.cache_root() / f"kwokctl-{readiness}.yaml"
+    if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".kwokctl.yaml.{os.getpid()}")
-        partial.write_text(KWOKCTL_CONFIG)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(text)
         partial.replace(path)
     return path
 
@@ -188,6 +195,7 @@ class LocalCluster:
         memory: str = "256Gi",
         port: int | None = None,
         progress: Callable[[str], None] | None = None,
+        readiness: str = "kwok",
     ) -> None:
         if not NAME_RULE.match(name):
             raise ClusterError(
@@ -199,6 +207,11 @@ class LocalCluster:
         self.gpus_per_node = gpus_per_node
         self.cpu = cpu
         self.memory = memory
+        if readiness not in stages.READINESS_MODES:
+            raise ClusterError(
+                f"readiness {readiness!r}: use one of {', '.join(stages.READINESS_MODES)}"
+            )
+        self.readiness = readiness
         self.port = port
         self._say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
 
@@ -303,7 +316,7 @@ class LocalCluster:
     ) -> None:
         self._say(f"starting cluster {self.name!r} (kwokctl --runtime binary)")
         args = [
-            "--config", str(kwokctl_config_file()),
+            "--config", str(kwokctl_config_file(self.readiness)),
             "create", "cluster",
             "--runtime", "binary",
             "--kube-apiserver-binary", str(binaries.kube_apiserver),

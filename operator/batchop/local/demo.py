@@ -219,7 +219,8 @@ def run_demo(
     workdir = Path(tempfile.mkdtemp(prefix="batchop-demo-"))
     own = cluster is None
     if own:
-        cluster = LocalCluster(cluster_name, nodes=2, gpus_per_node=4, progress=out)
+        cluster = LocalCluster(cluster_name, nodes=2, gpus_per_node=4, progress=out,
+                               readiness="probes")
     bm: Any = None
     try:
         if own:

@@ -8,10 +8,11 @@ containerStatuses[].ready, patched on the status subresource). A crashed server 
 with back-off and counted in restartCount; a server whose pod is gone or terminating is
 stopped.
 
-KWOK's default pod stage marks a pod Ready once, when it gives the pod its IP. The runner is
-level-triggered: every second it compares each pod's status with what its Triton really is and
-patches the difference, so KWOK's "Ready" is overwritten with "not ready" until Triton answers
-/v2/health/ready.
+Run it on a cluster in "probes" readiness mode (batchop.local.stages): there KWOK starts a pod
+that has a readinessProbe as Running but not Ready, and the runner is its prober. On a cluster
+with KWOK's default stage, a new pod is Ready for the second before the runner corrects it.
+The runner is level-triggered: every second it compares each pod's status with what its Triton
+really is and patches the difference.
 
     python -m batchop.local.podrunner --kubeconfig K [--repository-map s3://b/m=/abs/dir]
 """
