@@ -27,7 +27,7 @@ def test_flags_are_parsed() -> None:
             "-n", "team-a", "--namespace", "team-b", "--no-pod-monitor",
             "--prometheus-url", "http://127.0.0.1:9090", "--default-image", "triton:local",
             "--liveness", "http://127.0.0.1:18080/healthz", "--metrics-address", "127.0.0.1:0",
-            "--log-format", "plain", "--workers", "3", "-v",
+            "--log-format", "plain", "--workers", "3", "-v", "--rate-window", "20s",
         ),
         {},
     )  # fmt: skip
@@ -38,6 +38,7 @@ def test_flags_are_parsed() -> None:
     assert s.liveness == "http://127.0.0.1:18080/healthz"
     assert s.metrics_address == ("127.0.0.1", 0)
     assert (s.log_format, s.workers, s.verbose) == ("plain", 3, True)
+    assert s.rate_window == "20s"
 
 
 def test_environment_fills_in_and_flags_win() -> None:
@@ -48,11 +49,13 @@ def test_environment_fills_in_and_flags_win() -> None:
         "BATCHOP_LIVENESS": "off",
         "BATCHOP_METRICS_ADDRESS": ":9100",
         "BATCHOP_WORKERS": "16",
+        "BATCHOP_RATE_WINDOW": "2m",
     }
     s = parse_settings(flags(), env)
     assert s.namespaces == ("a", "b")
     assert s.pod_monitor is False and s.liveness is None
     assert s.metrics_address == ("0.0.0.0", 9100) and s.workers == 16
+    assert s.rate_window == "2m"
     s = parse_settings(flags("--pod-monitor", "-n", "c", "--workers", "2"), env)
     assert s.pod_monitor is True and s.namespaces == ("c",) and s.workers == 2
 
@@ -70,6 +73,8 @@ def test_environment_fills_in_and_flags_win() -> None:
         (["--metrics-address", "localhost"], {}, ["--metrics-address", "HOST:PORT"]),
         ([], {"BATCHOP_METRICS_ADDRESS": "h:70000"}, ["BATCHOP_METRICS_ADDRESS", "0..65535"]),
         (["--workers", "many"], {}, ["--workers", "whole number"]),
+        (["--rate-window", "5s"], {}, ["--rate-window", "between 10s and 10m"]),
+        ([], {"BATCHOP_RATE_WINDOW": "1d"}, ["BATCHOP_RATE_WINDOW", "duration"]),
         ([], {"BATCHOP_WORKERS": "0"}, ["BATCHOP_WORKERS", "between"]),
         ([], {"BATCHOP_LOG_FORMAT": "xml"}, ["BATCHOP_LOG_FORMAT", "json"]),
         ([], {"BATCHOP_DEFAULT_IMAGE": "triton server"}, ["BATCHOP_DEFAULT_IMAGE", "spaces"]),

@@ -50,6 +50,12 @@ def register(subparsers: Any) -> None:
         help=f"Prometheus for models that set none (env {env['prometheus_url']})",
     )
     p.add_argument(
+        "--rate-window",
+        metavar="DURATION",
+        help="PromQL rate window for Triton's counters, >= ~4 scrape intervals (default 1m; "
+        f"env {env['rate_window']})",
+    )
+    p.add_argument(
         "--pod-monitor",
         dest="pod_monitor",
         action=argparse.BooleanOptionalAction,

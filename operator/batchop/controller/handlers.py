@@ -460,6 +460,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     def start_tuning(**kwargs: Any) -> None:
         """One operator-wide tuning thread (no per-object timers: they add finalizers)."""
         from batchop.controller.tuning_loop import TuningLoop
+        from batchop.observe.prometheus import PrometheusObserver
 
         remember(**kwargs)
         loop = TuningLoop(
@@ -467,6 +468,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
             cluster,
             lambda: list(models_in(indexes["batchedmodels"])),
             settings.prometheus_url,
+            observer_factory=lambda url: PrometheusObserver(url, window=settings.rate_window),
         )
         loop.start()
         tuning.append(loop)

@@ -18,6 +18,10 @@ from urllib.parse import urlsplit
 
 DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
+DEFAULT_RATE_WINDOW = "1m"
+MIN_RATE_WINDOW_S, MAX_RATE_WINDOW_S = 10, 600
+_DURATION = re.compile(r"^([1-9][0-9]{0,4})([smh])$")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
 # The same port as batchop.metrics.DEFAULT_PORT (the chart scrapes it there).
 DEFAULT_METRICS_ADDRESS = ("0.0.0.0", 8000)
 LOG_FORMATS = ("json", "full", "plain")
@@ -49,6 +53,7 @@ SOURCES: dict[str, Source] = {
         Source("kubeconfig", "--kubeconfig", "KUBECONFIG"),
         Source("default_image", "--default-image", "BATCHOP_DEFAULT_IMAGE"),
         Source("prometheus_url", "--prometheus-url", "BATCHOP_PROMETHEUS_URL"),
+        Source("rate_window", "--rate-window", "BATCHOP_RATE_WINDOW"),
         Source("pod_monitor", "--pod-monitor", "BATCHOP_POD_MONITOR"),
         Source("liveness", "--liveness", "BATCHOP_LIVENESS"),
         Source("metrics_address", "--metrics-address", "BATCHOP_METRICS_ADDRESS"),
@@ -68,6 +73,9 @@ class Settings:
     kubeconfig: str | None = None  # None: in-cluster service account, else ~/.kube/config
     default_image: str | None = None  # None: the API's default Triton image
     prometheus_url: str = DEFAULT_PROMETHEUS_URL
+    # PromQL rate window: at least ~4 scrape intervals (the chart's PodMonitor scrapes every
+    # 15 s); shorter reacts sooner to a step in load, longer is smoother.
+    rate_window: str = DEFAULT_RATE_WINDOW
     pod_monitor: bool = True
     liveness: str | None = DEFAULT_LIVENESS  # None: no liveness endpoint
     metrics_address: tuple[str, int] | None = DEFAULT_METRICS_ADDRESS  # None: no /metrics
@@ -142,6 +150,17 @@ def _image(raw: str, where: str) -> str:
     return image
 
 
+def _rate_window(raw: str, where: str) -> str:
+    match = _DURATION.match(raw.strip())
+    seconds = int(match[1]) * _DURATION_UNITS[match[2]] if match else 0
+    if not MIN_RATE_WINDOW_S <= seconds <= MAX_RATE_WINDOW_S:
+        raise SettingsError(
+            f"{where}={raw!r}: must be a Prometheus duration of whole seconds, minutes or hours "
+            f"between {MIN_RATE_WINDOW_S}s and {MAX_RATE_WINDOW_S // 60}m, e.g. 30s or 1m"
+        )
+    return raw.strip()
+
+
 def parse_settings(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Settings:
     """Settings from parsed flags (argparse dests, None when not given) and the environment."""
     env = os.environ if env is None else env
@@ -178,6 +197,10 @@ def parse_settings(flags: Mapping[str, Any], env: Mapping[str, str] | None = Non
     got = _pick("prometheus_url", flags, env)
     if got is not None:
         values["prometheus_url"] = _http_url(str(got[0]), _where("prometheus_url", got[1]))
+
+    got = _pick("rate_window", flags, env)
+    if got is not None:
+        values["rate_window"] = _rate_window(str(got[0]), _where("rate_window", got[1]))
 
     got = _pick("pod_monitor", flags, env)
     if got is not None:

@@ -92,6 +92,8 @@ class LocalStack:
             sys.executable, "-m", "batchop", "run",
             "--kubeconfig", str(self.kubeconfig),
             "--prometheus-url", self.prometheus.url,
+            # ~4 scrapes: the stack scrapes every few seconds, so steps show within seconds.
+            "--rate-window", f"{max(10, round(4 * self.prometheus.scrape_interval_s))}s",
             "--no-pod-monitor",
             "--metrics-address", f"127.0.0.1:{metrics_port}",
             "--liveness", f"http://127.0.0.1:{live_port}/healthz",
