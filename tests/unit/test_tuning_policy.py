@@ -16,7 +16,13 @@ from hypothesis import strategies as st
 
 from batchop.tuning import curve
 from batchop.tuning.model import predict
-from batchop.tuning.policy import STABILISATION_S, STALE_INTERVALS, decide, recommend
+from batchop.tuning.policy import (
+    P99_WINDOW_S,
+    STABILISATION_S,
+    STALE_INTERVALS,
+    decide,
+    recommend,
+)
 from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 
 CPU_DEMO = ((1, 4.0), (4, 5.0), (8, 6.0), (16, 8.0), (32, 12.0))
@@ -289,6 +295,28 @@ def test_observed_p99_over_slo_scales_up_when_model_disagrees() -> None:
     assert first.replicas == 2  # one bad window may be a burst: wait for a second
     dec = decide(replace(hot, time_s=spec.interval_s), spec, first.state)
     assert dec.replicas > 2 and "p99 80 ms > SLO 50 ms" in dec.reason
+
+
+def test_p99_lagging_a_fall_in_load_does_not_scale_up() -> None:
+    """After the load falls, Triton's p99 summary still shows the heavier minute: that p99
+    over the SLO must not force a scale-up until P99_WINDOW_S has passed; then it does."""
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10, min_delay_us=0,
+                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO)
+    high = _plant(spec, CPU_DEMO, 0.0, 1600.0, 2, 0)
+    state = decide(high, spec, TuningState()).state
+    low = replace(_plant(spec, CPU_DEMO, 0.0, 200.0, 2, 0), p99_ms=80.0)
+    replicas, t = 2, spec.interval_s
+    lagging = []
+    while t < spec.interval_s + P99_WINDOW_S:  # the stale p99 persists through the window
+        dec = decide(replace(low, time_s=t), spec, state)
+        lagging.append(dec.replicas)
+        state, t = dec.state, t + spec.interval_s
+    assert len(lagging) >= 2 and max(lagging) == replicas
+    # Past the window a p99 still over the SLO is believed (after the usual confirmation).
+    for _ in range(2):
+        dec = decide(replace(low, time_s=t), spec, state)
+        state, t = dec.state, t + spec.interval_s
+    assert dec.replicas > replicas and "p99 80 ms > SLO 50 ms" in dec.reason
 
 
 def test_unknown_curve_holds_until_traffic() -> None:

@@ -15,8 +15,9 @@
    cluster can schedule. Up at once (several if needed); down only to the highest
    recommendation of the last STABILISATION_S, and only when the lower count also passes with
    DOWN_HEADROOM more (hysteresis). An observed p99 over the SLO on two settled ticks forces a
-   scale-up even when the model disagrees, unless the delay explains it or a past backlog is
-   draining.
+   scale-up even when the model disagrees, unless the delay explains it, a past backlog is
+   draining, or the load fell within P99_WINDOW_S (Triton's p99 summary then still shows the
+   heavier past).
 5. Delay: the one that spends the least GPU time per inference while the predicted p99 keeps
    the margin, the smallest among near-equals (near capacity the delay buys nothing). Cut at
    once; raised only to the least delay recommended over DELAY_UP_WINDOW_S and with the wider
@@ -55,6 +56,7 @@ CORRECTION_BOUNDS = (0.8, 1.5)
 STEADY_RATE_CHANGE = 0.1  # rate or queue changes beyond this share of the rate: not steady
 DRAIN_S = 120.0  # a backlog found when saturated is planned to drain in this long
 LOOKAHEAD_S = 60.0  # how far ahead a rising rate is extrapolated (window lag + startup)
+P99_WINDOW_S = 60.0  # Triton's p99 summary still holds the heavier past this long after a fall
 DELAY_GRID_US = (
     0,
     100,
@@ -260,9 +262,16 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     slope = state.rps_slope * 0.5
     if rate_settled and state.last_rps is not None and dt > 0:
         slope += 0.5 * (rps - state.last_rps) / dt
-    breaches = state.slo_breaches + 1 if settled and p99_obs > spec.slo_ms else 0
+    # Triton's p99 is a summary over its last minute or so: when the load falls it still
+    # shows the heavier past, while the counters' rates already show the present. Until it
+    # has caught up, the observed p99 neither forces a scale-up nor trains the correction.
+    falling = state.last_rps is not None and rps < (1 - STEADY_RATE_CHANGE) * state.last_rps
+    last_fall_s = t if falling else state.last_rate_fall_s
+    p99_current = last_fall_s is None or t - last_fall_s >= P99_WINDOW_S
+    breaches = state.slo_breaches + 1 if settled and p99_current and p99_obs > spec.slo_ms else 0
     steady = (
         settled
+        and p99_current
         and rps > 0
         and ready > 0
         and p99_obs > 0
@@ -445,6 +454,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         delay_recommendations=delay_recs,
         last_starting_s=t if starting > 0 else state.last_starting_s,
         slo_breaches=breaches,
+        last_rate_fall_s=last_fall_s,
         last_scale_up_s=t if kind_r == "scale-up" else state.last_scale_up_s,
         last_scale_down_s=t if kind_r == "scale-down" else state.last_scale_down_s,
         last_delay_change_s=t if kind_d else state.last_delay_change_s,

@@ -90,6 +90,8 @@ class TuningState:
     last_starting_s: float | None = None
     # Consecutive settled ticks whose observed p99 broke the SLO.
     slo_breaches: int = 0
+    # The last tick whose request rate fell (Triton's p99 summary lags such a fall).
+    last_rate_fall_s: float | None = None
     # Recent recommended delays with their times: the delay rises only to their minimum.
     delay_recommendations: tuple[tuple[float, int], ...] = ()
 
