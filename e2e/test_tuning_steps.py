@@ -39,12 +39,12 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import yaml
 
 from batchop.api.constants import LABEL_MODEL
 from batchop.api.models import parse_batched_model
+from batchop.local.steps import client_p99
 from batchop.local.triton import write_model_repository
 from batchop.sim.profile import load_profile
 
@@ -72,18 +72,6 @@ def manifest(repository: str) -> dict[str, Any]:
     spec["autotune"].update(intervalSeconds=10, scaleDownStabilizationSeconds=30)
     parse_batched_model(bm)  # a bad manifest fails here, naming the field
     return bm
-
-
-def client_p99(report: dict[str, Any], t0: float, t1: float) -> tuple[float | None, int]:
-    """p99 (ms) of the successful requests sent in [t0, t1) of the load, and their count."""
-    rec = report["records"]
-    send = np.array(rec["send_s"])
-    ok = np.array(rec["ok"], dtype=bool)
-    lat = np.array([np.nan if v is None else v for v in rec["latency_ms"]], dtype=float)
-    sel = (send >= t0) & (send < t1) & ok
-    if not sel.any():
-        return None, 0
-    return float(np.percentile(lat[sel], 99)), int(sel.sum())
 
 
 def test_step_up_scales_out_step_down_gives_back_and_reloads_are_hitless(
@@ -217,7 +205,7 @@ def _judge(report: dict[str, Any], samples: list[dict[str, Any]], t_start: float
         assert end == 1
 
     for _, end_s, rps in (STEPS[1], STEPS[2]):
-        p99, n = client_p99(report, end_s - SETTLED_S, end_s)
+        p99, n = client_p99(report["records"], end_s - SETTLED_S, end_s)
         settled = [s for s in samples if end_s - SETTLED_S <= s["t"] <= end_s]
         print(f"[steps] settled p99 at {rps:g} req/s: {p99} ms over {n} requests; "
               f"(replicas, ready): {sorted({(s['replicas'], s['ready']) for s in settled})}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from batchop.local.demo import summary_lines
-from batchop.local.steps import judge_steps, knob_changes, summary
+from batchop.local.steps import client_p99, judge_steps, knob_changes, summary
 
 
 def test_knob_changes_compare_each_decision_with_the_one_before() -> None:
@@ -47,3 +47,29 @@ def test_summary_lines_name_changes_and_each_step() -> None:
     assert "1 delay change(s), 1 replica change(s)" in lines[0]
     assert "p99 max 20.0 ms <= SLO 40 ms" in lines[1]
     assert "not judged" in lines[2]
+
+
+def test_with_records_the_clients_p99_over_the_settled_part_is_judged() -> None:
+    # 100 requests a second for 60 s: 10 ms, except a 200 ms transient in the first 10 s of
+    # the second step and one failed request (not counted) at 45 s.
+    send = [i / 100 for i in range(6000)]
+    latency = [200.0 if 30 <= s < 40 else 10.0 + (s % 1) for s in send]
+    ok = [not (45 <= s < 45.01) for s in send]
+    records = {"send_s": send, "latency_ms": latency, "ok": ok}
+    p99, n = client_p99(records, 40.0, 60.0)
+    assert n == 1999 and 10.9 < p99 < 11.0  # the transient is excluded, the failure too
+    assert client_p99(records, 100.0, 110.0) == (None, 0)
+    # Triton's p99 still shows the transient at t=45 (its summary lags); the clients' does not.
+    timeline = [sample(25, 12.0), sample(45, 150.0, 2), sample(55, 30.0, 2)]
+    first, second = judge_steps(timeline, [(0.0, 30.0, 100.0), (30.0, 60.0, 100.0)],
+                                slo_ms=20.0, settle_s=10.0, records=records)
+    assert first.within_slo is True and first.client_requests == 2000
+    assert second.within_slo is True and second.p99_max_ms == 150.0
+    assert second.client_p99_ms is not None and second.client_p99_ms < 11.0
+    (strict,) = judge_steps(timeline, [(0.0, 30.0, 100.0)], slo_ms=10.5, settle_s=10.0,
+                            records=records)
+    assert strict.within_slo is False
+    report = summary(timeline, [], [(0.0, 30.0, 100.0)], slo_ms=20.0, settle_s=10.0,
+                     start_delay_us=0, start_replicas=1, records=records)
+    assert report["p99_judged"] == "client"
+    assert "clients' p99" in summary_lines(report)[1]
