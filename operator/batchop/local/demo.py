@@ -37,13 +37,13 @@ PROFILE_FILE = EXAMPLES / "profiles" / "cpu-demo.yaml"
 CLUSTER_NAME = "batchop-demo"
 # The load's shape as (fraction of the duration, req/s): low, a step up, part way down, low.
 STEPS = ((0.0, 40.0), (0.2, 320.0), (0.6, 120.0), (0.8, 40.0))
-# What the demo changes in examples/cpu-demo.yaml. At most 2 requests a batch, one replica
-# serves ~460 req/s in theory and less on two busy CPU cores, so the 320 req/s step needs a
-# second replica within a 25 ms SLO (`batchop plan` agrees), while the low steps let the delay
-# grow; ticks every 10 s and a 30 s scale-down window let the demo give the GPU back.
+# What the demo changes in examples/cpu-demo.yaml. With at most 2 requests a batch, one
+# replica serves ~460 req/s on paper (the profile) and ~360 for real (the python backend adds
+# about 1 ms an execution), so the 320 req/s step needs a second replica to keep p99 within the
+# SLO, while the low steps leave room for a longer delay. Ticks every 10 s and a 30 s
+# scale-down window let a 3.5-minute demo give the GPU back.
 DEMO_SPEC = {
     "model": {"maxBatchSize": 2},
-    "slo": {"p99LatencyMilliseconds": 25},
     "autotune": {"intervalSeconds": 10, "scaleDownStabilizationSeconds": 30},
 }
 SETTLE_INTERVALS = 3
