@@ -201,6 +201,10 @@ def _hold(obs: Observation, spec: TuningSpec, state: TuningState, reason: str) -
     return Decision(replicas=replicas, delay_us=delay, reason=reason, state=state, kind=kind)
 
 
+def _replicas(n: int) -> str:
+    return f"{n} replica" if n == 1 else f"{n} replicas"
+
+
 def _missing(obs: Observation) -> list[str]:
     names = ("rps", "avg_batch", "compute_ms", "p99_ms")
     return [n for n in names if getattr(obs, n) is None or not math.isfinite(getattr(obs, n))]
@@ -390,7 +394,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         elif replicas < cur_n:
             kind_r = "scale-down"
             why_r = (
-                f"load {_fmt_rate(rps)} rps fits {replicas} replicas (predicted p99 "
+                f"load {_fmt_rate(rps)} rps fits {_replicas(replicas)} (predicted p99 "
                 f"{_fmt_ms(model.p99(plan_rps / max(1, replicas), obs.delay_us))} ms, target "
                 f"{_fmt_ms(model.target)} ms), the most recommended in the last "
                 f"{spec.scale_down_window_s:.0f} s"
@@ -461,7 +465,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     )
     parts = []
     if kind_r:
-        parts.append(f"{why_r}: {cur_n} → {replicas} replicas")
+        parts.append(f"{why_r}: {cur_n} → {_replicas(replicas)}")
     if kind_d:
         parts.append(why_d)
     if not parts:
