@@ -284,3 +284,36 @@ def test_one_observation_per_tick_whatever_the_number_of_models() -> None:
     h.loop.tick()
     assert h.observer.calls == 1
     assert len(h.loop.states) == 50
+
+
+def hold(obs: Observation, spec: Any, state: TuningState) -> Decision:
+    """A stand-in policy that keeps what runs."""
+    return Decision(obs.replicas, obs.delay_us, "stand-in: hold", state, kind="hold")
+
+
+def test_an_index_that_lags_behind_the_tuners_write_costs_no_api_call() -> None:
+    """The kopf index can show a model as it was before the tuner's last write (with 1,000
+    models it lagged by tens of seconds). A steady tick must not take that old copy for a
+    change: no status patch, no conflict, no re-read; a real change still lands."""
+    h = Harness(busy(p99_ms=12.0), decide=hold)
+    stale = slim_model(copy.deepcopy(h.w.cluster.model))  # before the tuner wrote anything
+    h.loop.models = lambda: [stale]
+    reads: list[str] = []
+    get_model = h.w.cluster.get_model
+    h.w.cluster.get_model = lambda ns, name: reads.append(name) or get_model(ns, name)
+    for _ in range(2):  # metrics and conditions, then the delay the pod now runs
+        h.loop.tick()
+        h.now += 60
+    assert h.w.cluster.model["status"]["maxQueueDelayMicroseconds"] == desired_delay(stale)
+    writes, read = h.w.cluster.writes.count("status"), len(reads)
+    version = h.w.cluster.model["metadata"]["resourceVersion"]
+    for _ in range(3):
+        h.loop.tick()
+        h.now += 60
+    assert (h.w.cluster.writes.count("status"), len(reads)) == (writes, read)
+    assert h.w.cluster.model["metadata"]["resourceVersion"] == version
+    h.observer.parts[("ml", "cpu-demo")] = busy(p99_ms=30.0)
+    h.loop.tick()
+    status = h.w.cluster.model["status"]
+    assert status["metrics"]["p99LatencyMilliseconds"] == 30.0
+    assert {"Ready", "SLOMet", "MetricsAvailable"} <= {c["type"] for c in status["conditions"]}

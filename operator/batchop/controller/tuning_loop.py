@@ -86,6 +86,9 @@ class TuningLoop:
         self._observers: dict[str, Any] = {}
         # The model as this loop last wrote it: the index may not show our write yet.
         self.written: dict[ModelKey, Mapping[str, Any]] = {}
+        # resourceVersions older than `written` (what the index showed, what the write was
+        # computed from): while the index shows one of them, `written` is the current copy.
+        self.superseded: dict[ModelKey, frozenset[str]] = {}
         self.hold_kind: dict[ModelKey, str] = {}  # what the last logged hold was about
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -120,6 +123,7 @@ class TuningLoop:
             self.states.pop(gone, None)
             self.last_tuned.pop(gone, None)
             self.written.pop(gone, None)
+            self.superseded.pop(gone, None)
             self.hold_kind.pop(gone, None)
             for stale in [k for k in self.retries if k[0] == gone]:
                 self.retries.pop(stale)
@@ -155,6 +159,22 @@ class TuningLoop:
 
         return ours if decided(ours) > decided(bm) else bm
 
+    def _current(self, bm: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The index's copy, or the one this loop wrote while the index has not caught up.
+
+        Why: the index lags behind the API server (by tens of seconds with 1,000 models and
+        their watch events queued). Computed from a copy older than our own last write, the
+        status looks changed every tick, and each model costs a refused patch (409) and a
+        GET per tick, which adds load and lag: the tick's cost grew faster than N.
+        A status change still goes through the resourceVersion check, so a copy that is
+        not the newest after all costs a conflict and a re-read, never a lost update.
+        """
+        key = _key(bm)
+        ours = self.written.get(key)
+        if ours is not None and _version(bm) in self.superseded.get(key, frozenset()):
+            return ours
+        return bm
+
     def _observe(self, url: str) -> tuple[dict[ModelKey, Any], str | None]:
         from batchop.observe.prometheus import PrometheusUnavailable
 
@@ -172,6 +192,8 @@ class TuningLoop:
         from batchop.observe.prometheus import build_observation
 
         key = _key(bm)
+        indexed = _version(bm)
+        bm = self._current(bm)
         spec = tuning_spec(bm)
         deployment, pods = self.handlers.lookup(*key)
         dep_spec = (deployment or {}).get("spec") or {}
@@ -203,6 +225,10 @@ class TuningLoop:
         if written is not None:
             base, patch = written
             self.written[key] = {**base, "status": {**(base.get("status") or {}), **patch}}
+            older = {indexed, _version(base), _version(bm)}
+            if indexed in self.superseded.get(key, frozenset()):  # the index still lags
+                older |= self.superseded[key]
+            self.superseded[key] = frozenset(older - {""})
         _set_state(key, applied, decision, obs, spec.slo_ms)
         if not decision.changes(obs):
             # A hold is logged when its kind changes (the figures in it change every tick).
@@ -254,6 +280,10 @@ class TuningLoop:
 
 def _key(bm: Mapping[str, Any]) -> ModelKey:
     return str(bm["metadata"]["namespace"]), str(bm["metadata"]["name"])
+
+
+def _version(bm: Mapping[str, Any]) -> str:
+    return str((bm.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def _prometheus_observer(url: str) -> Any:
