@@ -93,6 +93,82 @@ def test_api_server_accepts_the_rendered_children(api: Any, manifest: dict[str, 
     assert result.returncode == 0, result.stderr
 
 
+def _pod_accepts(cluster: Any, requests: dict[str, Any], limits: dict[str, Any]) -> bool:
+    container = {"name": "c", "image": "x", "resources": {"requests": requests, "limits": limits}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "limits-check", "namespace": "default"},
+        "spec": {"containers": [container]},
+    }
+    result = cluster.kubectl(
+        "create", "--dry-run=server", "-o", "name", "-f", "-", input=json.dumps(pod), check=False
+    )
+    return result.returncode == 0
+
+
+def _verdicts(cluster: Any, requests: dict[str, Any], limits: dict[str, Any]) -> tuple[bool, bool]:
+    """(the API server accepts, parse_batched_model accepts) a BatchedModel with these."""
+    resources = {"requests": requests, "limits": limits}
+    manifest = minimal("limits-check", server={"resources": resources})
+    result = dry_run(cluster, manifest)
+    if result.returncode != 0:
+        assert "spec.server.resources.requests" in result.stderr, result.stderr
+        assert "each request must be <= its limit" in result.stderr, result.stderr
+    try:
+        parse_batched_model(manifest)
+    except SpecError as error:
+        paths = [v.path for v in error.violations]
+        assert paths == ["spec.server.resources.requests"], error
+        python_accepts = False
+    else:
+        python_accepts = True
+    return result.returncode == 0, python_accepts
+
+
+# (requests, limits, whether a pod accepts them): the pod's own validation is the oracle.
+RESOURCE_PAIRS = [
+    ({"cpu": "1"}, {"cpu": "100m"}, False),  # the CI failure this rule was written for
+    ({"cpu": "500m"}, {"cpu": "0.5"}, True),
+    ({"cpu": 1}, {"cpu": "1000m"}, True),
+    ({"cpu": 2}, {"cpu": "1999m"}, False),
+    ({"cpu": "1001m"}, {"cpu": 1}, False),
+    ({"memory": "1Gi"}, {"memory": "1000Mi"}, False),
+    ({"memory": "1Gi"}, {"memory": "1024Mi"}, True),
+    ({"memory": "1e3"}, {"memory": "1k"}, True),
+    ({"memory": "1001"}, {"memory": "1k"}, False),
+    ({"memory": "2G"}, {"memory": "2Gi"}, True),
+    ({"cpu": "100m", "memory": "2Gi"}, {"cpu": "1", "memory": "1Gi"}, False),
+    ({"cpu": "2", "memory": "1Gi"}, {"memory": "1Gi"}, True),  # cpu has no limit
+]
+
+
+@pytest.mark.parametrize(("requests", "limits", "pod_accepts"), RESOURCE_PAIRS)
+def test_requests_above_limits_are_refused_as_the_pods_would_refuse_them(
+    api: Any, requests: dict[str, Any], limits: dict[str, Any], pod_accepts: bool
+) -> None:
+    assert _pod_accepts(api, requests, limits) == pod_accepts
+    assert _verdicts(api, requests, limits) == (pod_accepts, pod_accepts)
+
+
+# Pods round quantities up to the milli before comparing, CEL's quantity() only to the nano:
+# below the milli the rule is stricter than the pods, and the CRD and Python must agree.
+PRECISION_PAIRS = [
+    ({"cpu": "0.0000000011"}, {"cpu": "0.000000001"}),  # 2n > 1n once rounded to the nano
+    ({"cpu": "0.0000000011"}, {"cpu": "0.000000002"}),
+    ({"cpu": "1.0002"}, {"cpu": "1.0001"}),
+]
+
+
+@pytest.mark.parametrize(("requests", "limits"), PRECISION_PAIRS)
+def test_below_the_milli_the_crd_and_python_agree_and_are_never_laxer_than_pods(
+    api: Any, requests: dict[str, Any], limits: dict[str, Any]
+) -> None:
+    server_accepts, python_accepts = _verdicts(api, requests, limits)
+    assert server_accepts == python_accepts
+    assert not server_accepts or _pod_accepts(api, requests, limits)
+
+
 def test_scale_subresource_moves_spec_replicas_within_the_bounds(api: Any) -> None:
     manifest = minimal("scale-check", scaling={"replicas": 1, "minReplicas": 1, "maxReplicas": 3})
     manifest["metadata"]["namespace"] = "default"

@@ -4,8 +4,9 @@ ones, and single-rule mutations that make a valid one invalid (with the field th
 Also `crd_admission`: what the API server does with a manifest under the generated CRD,
 emulated in Python from the CRD itself (defaults from the schema, OpenAPI validation with a
 JSON-schema Draft 4 validator, which reads `exclusiveMinimum` as OpenAPI 3.0 does, and the CEL
-rules with cel-python). Comparing it with `parse_batched_model` checks that the generated CRD
-and the pydantic models enforce the same API.
+rules with cel-python plus cel_quantity's stand-in for the Kubernetes quantity library).
+Comparing it with `parse_batched_model` checks that the generated CRD and the pydantic models
+enforce the same API.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ def minimal(name: str = "resnet", **spec: Any) -> Manifest:
 
 # --- valid manifests ---------------------------------------------------------------------
 
-QUANTITIES = st.sampled_from(["100m", "1", "2", "1.5", "512Mi", "8Gi", 4, 1])
+# In ascending order of amount (by hand, not by the parser under test), with equal amounts
+# spelled differently, so that a request drawn at or before its limit's place is <= it.
+ASCENDING_QUANTITIES = ["100m", "500m", "0.5", 1, "1", "1000m", "1.5", "2", 4, "512Mi", "8Gi"]
 TOLERATIONS = st.sampled_from(
     [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
@@ -86,11 +89,17 @@ def server_sections(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         server["gpus"] = draw(st.integers(0, 8))
     if draw(st.booleans()):
-        resources = {}
-        for part in ("limits", "requests"):
+        resources: dict[str, dict[str, Any]] = {}
+        for part in ("limits", "requests"):  # limits first: a request is drawn up to its limit
             if draw(st.booleans()):
                 keys = draw(st.lists(st.sampled_from(["cpu", "memory"]), unique=True, min_size=1))
-                resources[part] = {key: draw(QUANTITIES) for key in keys}
+                resources[part] = {}
+                for key in keys:
+                    limit = resources.get("limits", {}).get(key) if part == "requests" else None
+                    choices = ASCENDING_QUANTITIES
+                    if limit is not None:
+                        choices = choices[: choices.index(limit) + 1]
+                    resources[part][key] = draw(st.sampled_from(choices))
         server["resources"] = resources
     if draw(st.booleans()):
         names = draw(
@@ -213,6 +222,21 @@ MUTATIONS: list[tuple[str, Callable[[Manifest], None], str]] = [
         "spec.server.resources",
     ),
     (
+        "request-above-limit",
+        _set("spec.server.resources", {"requests": {"cpu": "1"}, "limits": {"cpu": "100m"}}),
+        "spec.server.resources.requests",
+    ),
+    (
+        "negative-limit",
+        _set("spec.server.resources", {"limits": {"memory": "-1Gi"}}),
+        "spec.server.resources.limits.memory",
+    ),
+    (
+        "negative-request-int",
+        _set("spec.server.resources", {"requests": {"cpu": -1}}),
+        "spec.server.resources.requests.cpu",
+    ),
+    (
         "bad-quantity",
         _set("spec.server.resources", {"requests": {"memory": "lots"}}),
         "spec.server.resources.requests.memory",
@@ -329,9 +353,10 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
 @cache
 def _cel_program(expression: str) -> Any:
     import celpy
+    from cel_quantity import FUNCTIONS
 
     env = celpy.Environment()
-    return env.program(env.compile(expression))
+    return env.program(env.compile(expression), functions=FUNCTIONS)
 
 
 def cel_holds(expression: str, node: Any) -> bool:

@@ -113,6 +113,28 @@ def test_error_names_the_rule_and_the_object() -> None:
     assert isinstance(caught.value, ValueError)
 
 
+def test_a_request_above_its_limit_is_refused_naming_the_resource_and_values() -> None:
+    requests = {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "2Gi"}
+    limits = {"cpu": "100m", "memory": "1024Mi", "ephemeral-storage": "2000Mi"}
+    manifest = minimal(server={"resources": {"requests": requests, "limits": limits}})
+    with pytest.raises(SpecError) as caught:
+        parse_batched_model(manifest)
+    [violation] = caught.value.violations
+    assert violation.path == "spec.server.resources.requests"
+    assert violation.message == (
+        "each request must be <= its limit (requests.cpu 1 > limits.cpu 100m, "
+        "requests.ephemeral-storage 2Gi > limits.ephemeral-storage 2000Mi)"
+    )
+
+
+def test_huge_exponents_are_refused_at_the_field() -> None:
+    manifest = minimal(server={"resources": {"limits": {"cpu": "1e99999"}}})
+    with pytest.raises(SpecError) as caught:
+        parse_batched_model(manifest)
+    assert [v.path for v in caught.value.violations] == ["spec.server.resources.limits.cpu"]
+    assert "exponent" in str(caught.value)
+
+
 @pytest.mark.parametrize("bad", [None, [], "BatchedModel", 3])
 def test_non_mapping_is_refused(bad: object) -> None:
     with pytest.raises(SpecError, match="must be a mapping"):

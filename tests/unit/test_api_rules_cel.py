@@ -24,11 +24,12 @@ from batchop.api.models import (
     BatchedModelSpec,
     BatchingSpec,
     ModelSpec,
+    ResourceRequirements,
     ScalingSpec,
     ServerSpec,
 )
 
-RULED = [ModelSpec, ServerSpec, ScalingSpec, BatchingSpec, BatchedModelSpec]
+RULED = [ModelSpec, ResourceRequirements, ServerSpec, ScalingSpec, BatchingSpec, BatchedModelSpec]
 
 
 def test_every_rule_bearing_model_is_covered() -> None:
@@ -50,15 +51,28 @@ def test_every_cel_rule_compiles(model: type[APIModel]) -> None:
 
 
 def python_broken(model: type[APIModel], node: dict[str, Any]) -> set[str] | None:
-    """Messages of the rules pydantic refuses `node` for; None if a field bound failed."""
+    """Messages of the rules pydantic refuses `node` for; None if a field bound failed.
+
+    A rule with a `detail` adds it to its message in parentheses; it is matched back to
+    the rule's fixed message (the one the CRD carries) here.
+    """
     try:
         model.model_validate(node, by_alias=True, by_name=False)
     except ValidationError as exc:
         errors = exc.errors()
         if any(e["type"] != "batchop_rule" or e["loc"] != () for e in errors):
             return None
-        return {message for e in errors for _, message in e["ctx"]["violations"]}
+        said = [message for e in errors for _, message in e["ctx"]["violations"]]
+        found = {r.message for r in model.__rules__ for m in said if _says(m, r.message)}
+        assert len(found) == len(said), (said, found)
+        return found
     return set()
+
+
+def _says(message: str, rule_message: str) -> bool:
+    return message == rule_message or (
+        message.startswith(rule_message + " (") and message.endswith(")")
+    )
 
 
 def cel_broken(model: type[APIModel], node: dict[str, Any]) -> set[str]:
@@ -85,6 +99,21 @@ model_nodes = st.builds(
     st.none() | st.lists(st.integers(1, 10), max_size=5),
 )
 
+# Spellings of equal and of different amounts, ints included (the fields are int-or-string).
+QUANTITY_SPELLINGS = st.sampled_from(
+    [0, 1, 2, "1", "2", "500m", "0.5", "1000m", "1001m", ".5", "1e3", "1k", "1E3", "1Gi",
+     "1024Mi", "1000Mi", "1G", "0.0000000011", "0.000000002", "1Ki"]
+)  # fmt: skip
+resources_nodes = st.fixed_dictionaries(
+    {},
+    optional={
+        part: st.dictionaries(
+            st.sampled_from(["cpu", "memory", "example.com/foo"]), QUANTITY_SPELLINGS, max_size=3
+        )
+        for part in ("limits", "requests")
+    },
+)
+
 ARGS = st.sampled_from(
     [
         *MANAGED_FLAGS,
@@ -103,7 +132,7 @@ server_nodes = st.fixed_dictionaries(
             optional={
                 part: st.dictionaries(
                     st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpus"]),
-                    st.sampled_from([1, "2", "500m"]),
+                    st.sampled_from([1, "1", "1000m"]),  # one amount: requests <= limits
                     max_size=3,
                 )
                 for part in ("limits", "requests")
@@ -176,6 +205,12 @@ def test_model_rules_agree(node: dict[str, Any]) -> None:
 
 
 @FAST
+@given(resources_nodes)
+def test_resources_rules_agree(node: dict[str, Any]) -> None:
+    agree(ResourceRequirements, node)
+
+
+@FAST
 @given(server_nodes)
 def test_server_rules_agree(node: dict[str, Any]) -> None:
     agree(ServerSpec, node)
@@ -217,6 +252,18 @@ def test_spec_rules_agree(node: dict[str, Any]) -> None:
         (ServerSpec, {"gpus": 1, "args": ["--model-control-mode", "poll"]}, 1),
         (ServerSpec, {"gpus": 1, "args": ["--model-control-modes=x"]}, 0),
         (ServerSpec, {"gpus": 0, "resources": {"requests": {"nvidia.com/gpu": 1}}}, 1),
+        (ResourceRequirements, {"requests": {"cpu": "1"}, "limits": {"cpu": "100m"}}, 1),
+        (ResourceRequirements, {"requests": {"cpu": "500m"}, "limits": {"cpu": "0.5"}}, 0),
+        (ResourceRequirements, {"requests": {"cpu": 1}, "limits": {"cpu": "1000m"}}, 0),
+        (ResourceRequirements, {"requests": {"cpu": 2}, "limits": {"cpu": "1999m"}}, 1),
+        (ResourceRequirements, {"requests": {"memory": "1Gi"}, "limits": {"memory": "1000Mi"}}, 1),
+        (ResourceRequirements, {"requests": {"memory": "1Gi"}, "limits": {"memory": "1024Mi"}}, 0),
+        (ResourceRequirements, {"requests": {"memory": "1Gi"}, "limits": {"cpu": "1"}}, 0),
+        # below 1n, the API server rounds up to the nano: 1.1n is 2n
+        (ResourceRequirements, {"requests": {"cpu": "0.0000000011"},
+                                "limits": {"cpu": "0.000000001"}}, 1),
+        (ResourceRequirements, {"requests": {"cpu": "0.0000000011"},
+                                "limits": {"cpu": "0.000000002"}}, 0),
     ],
 )  # fmt: skip
 def test_rule_boundaries(model: type[APIModel], node: dict[str, Any], broken: int) -> None:

@@ -35,6 +35,7 @@ from pydantic_core import PydanticCustomError
 
 from batchop.api.constants import API_VERSION, KIND, SHM_PATH, SHM_VOLUME, TMP_PATH, TMP_VOLUME
 from batchop.api.errors import SpecError, Violation
+from batchop.api.quantity import NON_NEGATIVE_QUANTITY, amount
 from batchop.api.rules import Rule, failed
 
 # Patterns are written to mean the same in Python `re` and in the API server's (Go RE2 /
@@ -45,10 +46,6 @@ DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 NO_SPACE = r"^\S+$"
 HTTP_URL = r"^https?://\S+$"
-QUANTITY = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
 CONDITION_TYPE = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?" + (
     r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
 )
@@ -110,8 +107,8 @@ class APIModel(BaseModel):
                 "batchop_rule",
                 "{summary}",
                 {
-                    "summary": "; ".join(f"{r.field}: {r.message}" for r in broken),
-                    "violations": tuple((r.field, r.message) for r in broken),
+                    "summary": "; ".join(f"{r.field}: {r.explain(self)}" for r in broken),
+                    "violations": tuple((r.field, r.explain(self)) for r in broken),
                 },
             )
         return self
@@ -181,24 +178,35 @@ class ModelSpec(APIModel):
     )
 
 
-_QUANTITY_RE = re.compile(QUANTITY)
+_QUANTITY_RE = re.compile(NON_NEGATIVE_QUANTITY)
 
 
 def _quantity(value: Any) -> int | str:
-    """An int or a Kubernetes quantity string, refused with one clear message otherwise."""
-    if isinstance(value, int) and not isinstance(value, bool):
+    """A non-negative int or quantity string (as the pods need), with one clear message if not."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     if isinstance(value, str) and len(value) <= 64 and _QUANTITY_RE.match(value):
+        try:
+            amount(value)  # so that rules can compare it
+        except ValueError as exc:
+            raise PydanticCustomError("quantity", "{reason}", {"reason": str(exc)}) from None
         return value
     raise PydanticCustomError(
-        "quantity", "must be an integer or a quantity string such as 500m, 4Gi or 1.5"
+        "quantity", "must be a non-negative integer or quantity string such as 500m, 4Gi or 1.5"
     )
 
 
 Quantity = Annotated[
     int | str,
     PlainValidator(_quantity),
-    WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY, "maxLength": 64}),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "pattern": NON_NEGATIVE_QUANTITY,
+            "maxLength": 64,
+            "minimum": 0,  # applies to the int form; the pattern refuses a negative string
+        }
+    ),
 ]
 
 
@@ -213,8 +221,37 @@ class ResourceRequirements(APIModel):
     requests: dict[str, Quantity] | None = Field(
         default=None,
         max_length=32,
-        description="Resource requests, e.g. cpu, memory. Set GPUs with server.gpus instead.",
+        description="Resource requests, e.g. cpu, memory. Set GPUs with server.gpus instead. "
+        "Each at most its limit, if it has one.",
     )
+
+    __rules__ = (
+        Rule(
+            # isQuantity guards what the field pattern already refuses, so that a bad
+            # spelling gets the pattern's message rather than a CEL evaluation error.
+            cel="!has(self.requests) || !has(self.limits) || self.requests.all(r, "
+            "!(r in self.limits) || !isQuantity(string(self.requests[r])) || "
+            "!isQuantity(string(self.limits[r])) || "
+            "quantity(string(self.requests[r])).compareTo(quantity(string(self.limits[r]))) <= 0)",
+            message="each request must be <= its limit",
+            field="requests",
+            check=lambda r: not _requests_over_limits(r),
+            detail=lambda r: ", ".join(_requests_over_limits(r)),
+        ),
+    )
+
+
+def _requests_over_limits(resources: ResourceRequirements) -> list[str]:
+    """`requests.cpu 1 > limits.cpu 100m` for each resource requested above its limit.
+
+    Compared by amount, as the API server compares them when it validates the pods.
+    """
+    limits = resources.limits or {}
+    return [
+        f"requests.{name} {request} > limits.{name} {limits[name]}"
+        for name, request in (resources.requests or {}).items()
+        if name in limits and amount(request) > amount(limits[name])
+    ]
 
 
 class EnvVar(APIModel):

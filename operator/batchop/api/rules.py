@@ -22,7 +22,9 @@ class Rule:
     """One cross-field rule on an object node of the schema.
 
     `field` is the path, relative to the node, of the field the message blames (it becomes
-    the CEL rule's `fieldPath`, and the Python error's location).
+    the CEL rule's `fieldPath`, and the Python error's location). `detail`, if given, says
+    what a node that breaks the rule got wrong (e.g. which values); the Python error adds
+    it to the message, while the CRD keeps the fixed message.
     """
 
     cel: str
@@ -30,6 +32,11 @@ class Rule:
     field: str
     check: Callable[[Any], bool]
     reason: str = "FieldValueInvalid"
+    detail: Callable[[Any], str] | None = None
+
+    def explain(self, node: Any) -> str:
+        """The message for `node`, which breaks this rule, with its detail if the rule has one."""
+        return self.message if self.detail is None else f"{self.message} ({self.detail(node)})"
 
     def crd_entry(self) -> dict[str, str]:
         """The `x-kubernetes-validations` item for this rule."""
