@@ -352,3 +352,15 @@ def test_no_traffic_is_not_missing_data_and_scales_to_min() -> None:
             assert dec.replicas == 4  # the window first
         state, replicas = dec.state, dec.replicas
     assert replicas == 1
+
+
+def test_no_scale_down_while_the_observed_p99_breaks_the_slo() -> None:
+    """The model may see room for fewer replicas where the machine is slower than it thinks;
+    while the observed p99 is over the SLO, replicas are not given back."""
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10, min_delay_us=0,
+                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO,
+                      scale_down_window_s=0.0)
+    light = _plant(spec, CPU_DEMO, 0.0, 100.0, 4, 0)
+    assert decide(light, spec, TuningState()).replicas < 4  # the model alone gives back
+    hot = decide(replace(light, p99_ms=80.0), spec, TuningState())
+    assert hot.replicas == 4 and "no scale-down while p99 80 ms > SLO 50 ms" in hot.reason

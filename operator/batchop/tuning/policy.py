@@ -13,11 +13,11 @@
 4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
    at demand plus HEADROOM, counting replicas still starting, within [min, max] and what the
    cluster can schedule. Up at once (several if needed); down only to the highest
-   recommendation of the last STABILISATION_S, and only when the lower count also passes with
-   DOWN_HEADROOM more (hysteresis). An observed p99 over the SLO on two settled ticks forces a
-   scale-up even when the model disagrees, unless the delay explains it, a past backlog is
-   draining, or the load fell within P99_WINDOW_S (Triton's p99 summary then still shows the
-   heavier past).
+   recommendation of the last STABILISATION_S, only when the lower count also passes with
+   DOWN_HEADROOM more (hysteresis), and never while the observed p99 breaks the SLO. An
+   observed p99 over the SLO on two settled ticks forces a scale-up even when the model
+   disagrees, unless the delay explains it, a past backlog is draining, or the load fell
+   within P99_WINDOW_S (Triton's p99 summary then still shows the heavier past).
 5. Delay: the one that spends the least GPU time per inference while the predicted p99 keeps
    the margin, the smallest among near-equals (near capacity the delay buys nothing). Cut at
    once; raised only to the least delay recommended over DELAY_UP_WINDOW_S and with the wider
@@ -370,6 +370,12 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         if breaches == 1:
             notes.append(f"p99 {_fmt_ms(p99_obs)} ms > SLO {_fmt_ms(spec.slo_ms)} ms: acting "
                          "if the next tick confirms it")
+        # Fewer replicas only while the SLO holds: a model that sees room while the observed
+        # p99 breaks the SLO is wrong here (seen on a starved machine: 3 → 2 → 3 replicas).
+        if rec < cur_n and rps > 0 and p99_current and p99_obs > spec.slo_ms:
+            notes.append(f"{_replicas(rec)} would do by the model; no scale-down while p99 "
+                         f"{_fmt_ms(p99_obs)} ms > SLO {_fmt_ms(spec.slo_ms)} ms")
+            rec = cur_n
         rec = min(max(rec, spec.min_replicas), spec.max_replicas)
         if not recs:  # no history: the running count is the recommendation to wait out
             recs = ((t, cur_n),)
@@ -388,7 +394,9 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
                 )
         replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
         if obs.schedulable_headroom is not None and replicas > cur_n:
-            replicas = min(replicas, cur_n + max(0, obs.schedulable_headroom))
+            # minReplicas is the user's floor: it wins over what the cluster can schedule.
+            replicas = min(replicas, max(cur_n + max(0, obs.schedulable_headroom),
+                                         spec.min_replicas))
         if replicas > cur_n:
             kind_r = "scale-up"
         elif replicas < cur_n:
