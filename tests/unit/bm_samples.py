@@ -227,6 +227,24 @@ MUTATIONS: list[tuple[str, Callable[[Manifest], None], str]] = [
         "spec.server.resources.requests",
     ),
     (
+        "extended-request-without-limit",
+        _set("spec.server.resources", {"requests": {"example.com/fpga": 1}}),
+        "spec.server.resources.requests",
+    ),
+    (
+        "extended-request-below-limit",
+        _set(
+            "spec.server.resources",
+            {"requests": {"example.com/fpga": 1}, "limits": {"example.com/fpga": 2}},
+        ),
+        "spec.server.resources.requests",
+    ),
+    (
+        "unknown-resource-name",
+        _set("spec.server.resources", {"limits": {"gpu": 1}}),
+        "spec.server.resources.limits",
+    ),
+    (
         "negative-limit",
         _set("spec.server.resources", {"limits": {"memory": "-1Gi"}}),
         "spec.server.resources.limits.memory",

@@ -50,8 +50,8 @@ def test_every_cel_rule_compiles(model: type[APIModel]) -> None:
         assert rule.field.split(".")[0] in model.model_json_schema(by_alias=True)["properties"]
 
 
-def python_broken(model: type[APIModel], node: dict[str, Any]) -> set[str] | None:
-    """Messages of the rules pydantic refuses `node` for; None if a field bound failed.
+def python_broken(model: type[APIModel], node: dict[str, Any]) -> set[tuple[str, str]] | None:
+    """(field, message) of the rules pydantic refuses `node` for; None if a field bound failed.
 
     A rule with a `detail` adds it to its message in parentheses; it is matched back to
     the rule's fixed message (the one the CRD carries) here.
@@ -62,8 +62,13 @@ def python_broken(model: type[APIModel], node: dict[str, Any]) -> set[str] | Non
         errors = exc.errors()
         if any(e["type"] != "batchop_rule" or e["loc"] != () for e in errors):
             return None
-        said = [message for e in errors for _, message in e["ctx"]["violations"]]
-        found = {r.message for r in model.__rules__ for m in said if _says(m, r.message)}
+        said = [pair for e in errors for pair in e["ctx"]["violations"]]
+        found = {
+            (r.field, r.message)
+            for r in model.__rules__
+            for field, message in said
+            if field == r.field and _says(message, r.message)
+        }
         assert len(found) == len(said), (said, found)
         return found
     return set()
@@ -75,11 +80,11 @@ def _says(message: str, rule_message: str) -> bool:
     )
 
 
-def cel_broken(model: type[APIModel], node: dict[str, Any]) -> set[str]:
-    return {rule.message for rule in model.__rules__ if not cel_holds(rule.cel, node)}
+def cel_broken(model: type[APIModel], node: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(r.field, r.message) for r in model.__rules__ if not cel_holds(r.cel, node)}
 
 
-def agree(model: type[APIModel], node: dict[str, Any]) -> set[str]:
+def agree(model: type[APIModel], node: dict[str, Any]) -> set[tuple[str, str]]:
     expected = python_broken(model, node)
     assert expected is not None, f"generator produced a node failing a field bound: {node}"
     assert cel_broken(model, node) == expected, node
@@ -104,12 +109,11 @@ QUANTITY_SPELLINGS = st.sampled_from(
     [0, 1, 2, "1", "2", "500m", "0.5", "1000m", "1001m", ".5", "1e3", "1k", "1E3", "1Gi",
      "1024Mi", "1000Mi", "1G", "0.0000000011", "0.000000002", "1Ki"]
 )  # fmt: skip
+RESOURCE_NAMES = ["cpu", "memory", "example.com/foo", "hugepages-2Mi", "kubernetes.io/x", "gpu"]
 resources_nodes = st.fixed_dictionaries(
     {},
     optional={
-        part: st.dictionaries(
-            st.sampled_from(["cpu", "memory", "example.com/foo"]), QUANTITY_SPELLINGS, max_size=3
-        )
+        part: st.dictionaries(st.sampled_from(RESOURCE_NAMES), QUANTITY_SPELLINGS, max_size=3)
         for part in ("limits", "requests")
     },
 )
@@ -124,19 +128,26 @@ ARGS = st.sampled_from(
         "",
     ]
 )
+
+
+def _within_resource_rules(limits: dict[str, Any], keep: list[bool]) -> dict[str, Any]:
+    """Resources that break no rule of their own (requests are some of the limits, of the
+    same amount), so that ServerSpec's rules are the only ones in play."""
+    requests = {k: limits[k] for k, on in zip(sorted(limits), keep, strict=False) if on}
+    return {"limits": limits, "requests": requests} if limits else {}
+
+
 server_nodes = st.fixed_dictionaries(
     {"gpus": st.integers(0, 2)},
     optional={
-        "resources": st.fixed_dictionaries(
-            {},
-            optional={
-                part: st.dictionaries(
-                    st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpus"]),
-                    st.sampled_from([1, "1", "1000m"]),  # one amount: requests <= limits
-                    max_size=3,
-                )
-                for part in ("limits", "requests")
-            },
+        "resources": st.builds(
+            _within_resource_rules,
+            st.dictionaries(
+                st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "nvidia.com/gpus"]),
+                st.sampled_from([1, "1", "1000m"]),
+                max_size=3,
+            ),
+            st.lists(st.booleans(), min_size=4, max_size=4),
         ),
         "args": st.lists(ARGS, max_size=4),
         "volumes": st.lists(
@@ -251,7 +262,9 @@ def test_spec_rules_agree(node: dict[str, Any]) -> None:
                      "preferredBatchSizes": [5, 5]}, 2),
         (ServerSpec, {"gpus": 1, "args": ["--model-control-mode", "poll"]}, 1),
         (ServerSpec, {"gpus": 1, "args": ["--model-control-modes=x"]}, 0),
-        (ServerSpec, {"gpus": 0, "resources": {"requests": {"nvidia.com/gpu": 1}}}, 1),
+        (ServerSpec, {"gpus": 0, "resources": {"requests": {"nvidia.com/gpu": 1},
+                                               "limits": {"nvidia.com/gpu": 1}}}, 1),
+        (ServerSpec, {"gpus": 0, "resources": {"limits": {"nvidia.com/gpu": 1}}}, 1),
         (ResourceRequirements, {"requests": {"cpu": "1"}, "limits": {"cpu": "100m"}}, 1),
         (ResourceRequirements, {"requests": {"cpu": "500m"}, "limits": {"cpu": "0.5"}}, 0),
         (ResourceRequirements, {"requests": {"cpu": 1}, "limits": {"cpu": "1000m"}}, 0),
@@ -259,6 +272,20 @@ def test_spec_rules_agree(node: dict[str, Any]) -> None:
         (ResourceRequirements, {"requests": {"memory": "1Gi"}, "limits": {"memory": "1000Mi"}}, 1),
         (ResourceRequirements, {"requests": {"memory": "1Gi"}, "limits": {"memory": "1024Mi"}}, 0),
         (ResourceRequirements, {"requests": {"memory": "1Gi"}, "limits": {"cpu": "1"}}, 0),
+        (ResourceRequirements, {"requests": {"example.com/foo": 1}}, 1),
+        (ResourceRequirements, {"requests": {"example.com/foo": 1},
+                                "limits": {"example.com/foo": "1000m"}}, 0),
+        (ResourceRequirements, {"requests": {"example.com/foo": 1},
+                                "limits": {"example.com/foo": 2}}, 1),
+        (ResourceRequirements, {"requests": {"example.com/foo": 3},
+                                "limits": {"example.com/foo": 2}}, 2),
+        (ResourceRequirements, {"limits": {"example.com/foo": 2}}, 0),
+        (ResourceRequirements, {"requests": {"hugepages-2Mi": "2Mi"},
+                                "limits": {"hugepages-2Mi": "4Mi"}}, 1),
+        (ResourceRequirements, {"requests": {"kubernetes.io/x": 1},
+                                "limits": {"kubernetes.io/x": 2}}, 0),
+        (ResourceRequirements, {"requests": {"gpu": 1}, "limits": {"gpu": 1}}, 2),
+        (ResourceRequirements, {"limits": {"storage": 1, "ephemeral-storage": 1}}, 1),
         # below 1n, the API server rounds up to the nano: 1.1n is 2n
         (ResourceRequirements, {"requests": {"cpu": "0.0000000011"},
                                 "limits": {"cpu": "0.000000001"}}, 1),

@@ -210,8 +210,59 @@ Quantity = Annotated[
 ]
 
 
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")  # and hugepages-<size>
+HUGEPAGES_PREFIX = "hugepages-"
+
+
+def _cel_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
+def _cel_compare(key: str, op: str) -> str:
+    """CEL: requests[key] `op` limits[key] by amount (true if either is not a quantity).
+
+    isQuantity guards what the field pattern already refuses, so that a bad spelling gets
+    the pattern's message rather than a CEL evaluation error.
+    """
+    request, limit = f"string(self.requests[{key}])", f"string(self.limits[{key}])"
+    return (
+        f"!isQuantity({request}) || !isQuantity({limit}) || "
+        f"quantity({request}).compareTo(quantity({limit})) {op} 0"
+    )
+
+
+def _known_name(name: str) -> bool:
+    return name in STANDARD_RESOURCES or name.startswith(HUGEPAGES_PREFIX) or "/" in name
+
+
+def _exact(name: str) -> bool:
+    """Whether pods must request exactly the limit: huge pages and extended resources."""
+    extended = "/" in name and "kubernetes.io/" not in name
+    return extended or name.startswith(HUGEPAGES_PREFIX)
+
+
+def _unknown_names(quantities: dict[str, Any] | None) -> list[str]:
+    return [name for name in quantities or {} if not _known_name(name)]
+
+
+def _names_rule(part: str) -> Rule:
+    return Rule(
+        cel=f"!has(self.{part}) || self.{part}.all(r, r in {_cel_list(STANDARD_RESOURCES)}"
+        f" || r.startsWith('{HUGEPAGES_PREFIX}') || r.contains('/'))",
+        message="resource names must be " + ", ".join(STANDARD_RESOURCES) + ", "
+        f"{HUGEPAGES_PREFIX}<size> or domain-qualified (example.com/name)",
+        field=part,
+        check=lambda r: not _unknown_names(getattr(r, part)),
+        detail=lambda r: "not " + ", ".join(_unknown_names(getattr(r, part))),
+    )
+
+
 class ResourceRequirements(APIModel):
-    """Compute resources of the tritonserver container (as in a Pod's container.resources)."""
+    """Compute resources of the tritonserver container (as in a Pod's container.resources).
+
+    The rules are those a pod's own validation applies, so that a BatchedModel the API
+    accepts never renders to a Deployment the API refuses.
+    """
 
     limits: dict[str, Quantity] | None = Field(
         default=None,
@@ -222,22 +273,32 @@ class ResourceRequirements(APIModel):
         default=None,
         max_length=32,
         description="Resource requests, e.g. cpu, memory. Set GPUs with server.gpus instead. "
-        "Each at most its limit, if it has one.",
+        "Each at most its limit, if it has one; equal to it for huge pages and extended "
+        "resources (example.com/name), which need a limit.",
     )
 
     __rules__ = (
         Rule(
-            # isQuantity guards what the field pattern already refuses, so that a bad
-            # spelling gets the pattern's message rather than a CEL evaluation error.
             cel="!has(self.requests) || !has(self.limits) || self.requests.all(r, "
-            "!(r in self.limits) || !isQuantity(string(self.requests[r])) || "
-            "!isQuantity(string(self.limits[r])) || "
-            "quantity(string(self.requests[r])).compareTo(quantity(string(self.limits[r]))) <= 0)",
+            f"!(r in self.limits) || {_cel_compare('r', '<=')})",
             message="each request must be <= its limit",
             field="requests",
             check=lambda r: not _requests_over_limits(r),
             detail=lambda r: ", ".join(_requests_over_limits(r)),
         ),
+        Rule(
+            cel="!has(self.requests) || self.requests.all(r, "
+            f"!((r.contains('/') && !r.contains('kubernetes.io/')) || "
+            f"r.startsWith('{HUGEPAGES_PREFIX}')) || "
+            f"(has(self.limits) && r in self.limits && ({_cel_compare('r', '==')})))",
+            message="a request for huge pages or an extended resource (example.com/name) "
+            "needs a limit, and must equal it",
+            field="requests",
+            check=lambda r: not _requests_unlike_limits(r),
+            detail=lambda r: ", ".join(_requests_unlike_limits(r)),
+        ),
+        _names_rule("limits"),
+        _names_rule("requests"),
     )
 
 
@@ -252,6 +313,20 @@ def _requests_over_limits(resources: ResourceRequirements) -> list[str]:
         for name, request in (resources.requests or {}).items()
         if name in limits and amount(request) > amount(limits[name])
     ]
+
+
+def _requests_unlike_limits(resources: ResourceRequirements) -> list[str]:
+    """What is wrong with each request that must equal its limit but does not."""
+    limits = resources.limits or {}
+    found = []
+    for name, request in (resources.requests or {}).items():
+        if not _exact(name):
+            continue
+        if name not in limits:
+            found.append(f"requests.{name} {request} has no limit")
+        elif amount(request) != amount(limits[name]):
+            found.append(f"requests.{name} {request} != limits.{name} {limits[name]}")
+    return found
 
 
 class EnvVar(APIModel):
@@ -306,10 +381,6 @@ def _uses_gpu_resource(resources: ResourceRequirements | None) -> bool:
 
 def _is_managed_flag(arg: str) -> bool:
     return any(arg == flag or arg.startswith(flag + "=") for flag in MANAGED_FLAGS)
-
-
-def _cel_list(items: tuple[str, ...]) -> str:
-    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
 
 
 _MANAGED_FLAGS_CEL = _cel_list(MANAGED_FLAGS)
