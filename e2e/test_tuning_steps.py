@@ -15,7 +15,8 @@ What is asserted is behaviour, not speed:
 - the step up gets a decision that adds replicas and/or changes the delay;
 - the step down gives replicas back (scaleDownStabilizationSeconds is 30 here, not 300);
 - no request failed while the delay was reloaded live: every failed request, if any, went to
-  a pod removed by the scale-down, after it was decided;
+  a pod removed by the scale-down, after it was decided (and, on a machine that is not
+  starved, none failed at all: removed pods drain for their preStop sleep);
 - once settled (the last SETTLED_S of each step), the client-side p99 is within the SLO with
   TOLERANCE: client latencies include the HTTP round trip and the generator's scheduling on
   the same two cores as Triton (measured 1-3 ms at these rates).
@@ -197,6 +198,9 @@ def _judge(report: dict[str, Any], samples: list[dict[str, Any]], t_start: float
         print(f"[steps] give-back and p99 not judged: send lag p99 "
               f"{report['send_lag_p99_ms']} ms >= {STARVED_LAG_MS} ms (starved machine)")
         return
+    # Removed pods drain (preStop sleep, honoured by the pod runner) longer than the load
+    # generator takes to drop them: on a machine that keeps its schedule nothing fails at all.
+    assert report["failed"] == 0, f"{report['failed']} failed requests: {report['errors']}"
     peak = max(s["replicas"] for s in samples if up_at <= s["t"] <= down_at + 30)
     end = samples[-1]["replicas"]
     if peak > 1:

@@ -12,6 +12,7 @@ from batchop.local.podrunner import (
     PodSpecError,
     launch_spec,
     local_repository,
+    prestop_sleep_s,
     runnable,
     status_patch,
 )
@@ -150,3 +151,14 @@ def test_ports_in_use_names_the_taken_address() -> None:
                           http_port=port, grpc_port=free_port(), metrics_port=free_port())
         assert ports_in_use(spec) == f"127.0.0.1:{port}"
     assert ports_in_use(spec) is None
+
+
+def test_prestop_sleep_is_read_from_the_triton_container_only() -> None:
+    assert prestop_sleep_s(_pod([])) == 0.0
+    pod = _pod([], lifecycle={"preStop": {"sleep": {"seconds": 5}}})
+    assert prestop_sleep_s(pod) == 5.0
+    other = {"name": "sidecar", "lifecycle": {"preStop": {"sleep": {"seconds": 30}}}}
+    pod["spec"]["containers"].append(other)
+    assert prestop_sleep_s(pod) == 5.0
+    exec_only = _pod([], lifecycle={"preStop": {"exec": {"command": ["true"]}}})
+    assert prestop_sleep_s(exec_only) == 0.0

@@ -141,6 +141,11 @@ def test_ports_and_probes() -> None:
     assert main["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert main["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert main["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    # A stopping pod keeps serving while endpoints drop it, well within its grace period.
+    drain = main["lifecycle"]["preStop"]["sleep"]["seconds"]
+    grace = render_deployment(bm(), RenderOptions())["spec"]["template"]["spec"][
+        "terminationGracePeriodSeconds"]
+    assert 0 < drain < grace
     service = render_children(bm())[1]
     assert {p["targetPort"] for p in service["spec"]["ports"]} == {"http", "grpc", "metrics"}
 

@@ -65,3 +65,8 @@ CONDITION_TYPES = (
     "CapacityLimited",
     "MetricsAvailable",
 )
+
+# Seconds a pod keeps serving after it is told to stop (preStop sleep), while Services and
+# clients drop it from their endpoints: without it a scale-down fails the requests already on
+# their way to the removed pod.
+DRAIN_SECONDS = 5

@@ -6,7 +6,8 @@ that address with the flags the pod's container asks for, and reports readiness 
 pod's status the way a kubelet does (the Ready/ContainersReady conditions and
 containerStatuses[].ready, patched on the status subresource). A crashed server is restarted
 with back-off and counted in restartCount; a server whose pod is gone or terminating is
-stopped.
+stopped after the container's preStop sleep, as a kubelet would (it keeps answering while
+clients drop the pod from their targets).
 
 Run it on a cluster in "probes" readiness mode (batchop.local.stages): there KWOK starts a pod
 that has a readinessProbe as Running but not Ready, and the runner is its prober. On a cluster
@@ -213,6 +214,15 @@ def ports_in_use(spec: LaunchSpec) -> str | None:
     return None
 
 
+def prestop_sleep_s(pod: Pod) -> float:
+    """The Triton container's preStop sleep (seconds), which a kubelet runs before SIGTERM."""
+    for container in pod.get("spec", {}).get("containers", []):
+        if container.get("name") == CONTAINER_NAME:
+            pre_stop = (container.get("lifecycle") or {}).get("preStop") or {}
+            return float((pre_stop.get("sleep") or {}).get("seconds") or 0)
+    return 0.0
+
+
 def runnable(pod: Pod) -> bool:
     """A pod the runner must run: Running, with an IP, not terminating."""
     status = pod.get("status", {})
@@ -302,6 +312,8 @@ class _Running:
     server: Any = None  # batchop.local.triton.TritonProcess
     next_start: float = 0.0
     log_path: Path | None = None
+    drain_s: float = 0.0  # the container's preStop sleep: serve this long after the pod goes
+    stop_at: float | None = None  # set once the pod is gone or terminating
 
 
 class PodRunner:
@@ -359,9 +371,16 @@ class PodRunner:
     def reconcile_once(self) -> None:
         assert self._watch is not None
         pods = {k: p for k, p in self._watch.pods.items() if runnable(p)}
+        now = time.monotonic()
         for key in list(self._servers):
             run = self._servers[key]
-            if key not in pods or pods[key]["metadata"].get("uid") != run.uid:
+            if key in pods and pods[key]["metadata"].get("uid") == run.uid:
+                continue
+            # Gone or terminating: like a kubelet, run the preStop sleep (the server keeps
+            # answering while clients drop the pod), then stop it.
+            if run.stop_at is None:
+                run.stop_at = now + (run.drain_s if run.server is not None else 0.0)
+            if now >= run.stop_at or key in pods:  # a new pod of that name needs the address
                 self._stop_server(key)
         for key, pod in pods.items():
             if self._stop.is_set():
@@ -379,7 +398,8 @@ class PodRunner:
             except PodSpecError as exc:
                 spec, message = None, str(exc)
                 log.error("%s", exc)
-            run = _Running(uid=pod["metadata"].get("uid", ""), spec=spec)
+            run = _Running(uid=pod["metadata"].get("uid", ""), spec=spec,
+                           drain_s=prestop_sleep_s(pod))
             run.state.message = message
             run.state.waiting_reason = "CreateContainerConfigError" if spec is None else None
             run.log_path = self.log_dir / f"{key[0]}_{key[1]}.log"

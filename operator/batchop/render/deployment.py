@@ -88,6 +88,8 @@ def _container(bm: BatchedModel, options: RenderOptions) -> dict[str, Any]:
         "startupProbe": _probe(READY_PATH, period=5, failures=180),
         "readinessProbe": _probe(READY_PATH, period=5, failures=3),
         "livenessProbe": _probe(LIVE_PATH, period=10, failures=3),
+        # Keep serving while endpoints drop the pod (kubelet's sleep action: no binary needed).
+        "lifecycle": {"preStop": {"sleep": {"seconds": c.DRAIN_SECONDS}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "privileged": False,
