@@ -312,7 +312,7 @@ def _seconds(value: float | None) -> str:
 
 
 def _settled(row: Mapping[str, Any]) -> str:
-    where = f"{row['after_cold_s']:.0f} s after cold, window {row['windows']}"
+    where = f"window {row['windows']}, ended {row['after_cold_s']:.0f} s after cold"
     return where if row["steady"] else f"NOT steady ({where})"
 
 
@@ -320,7 +320,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| N models | cold: 99% Ready | cold: all Ready | operator CPU (cold) | "
         "CPU per tuning tick, steady | tick wall time | of which Prometheus query+parse | "
-        "CPU per tick, first window | steady after | "
+        "CPU per tick, first window | steady window | "
         "Prometheus queries per tick | series per query | RSS after | peak RSS |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
