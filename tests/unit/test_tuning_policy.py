@@ -214,7 +214,9 @@ def test_no_oscillation_on_steady_load(loop, rps: float, replicas: int, delay: i
 @given(loops(), st.floats(0.0, 0.03), st.floats(300.0, 5000.0), st.integers(0, 2**16))
 @settings(max_examples=40, deadline=None)
 def test_noisy_steady_load_rarely_changes(loop, noise: float, rps: float, seed: int) -> None:
-    """±3% jitter in the measured rate must not make the policy flap."""
+    """±3% jitter in the measured rate must not make the policy flap: once settled, each knob
+    moves at most once (near a capacity edge the jitter may tip one scale-up, and the delay
+    may then follow the new per-replica load) and never back."""
     import random
 
     spec, pts = loop
@@ -222,8 +224,10 @@ def test_noisy_steady_load_rarely_changes(loop, noise: float, rps: float, seed: 
     ticks = 60
     rates = [rps * (1 + rng.uniform(-noise, noise)) for _ in range(ticks)]
     history = _run(spec, pts, rates, 1, 500)
-    changes = sum(dec.changes(obs) for obs, dec in history[20:])
-    assert changes <= 1, [(d.kind, d.reason) for o, d in history[20:] if d.changes(o)]
+    moved = [(d.kind, d.reason) for o, d in history[20:] if d.changes(o)]
+    replica_moves = sum(d.replicas != o.replicas for o, d in history[20:])
+    delay_moves = sum(d.delay_us != o.delay_us for o, d in history[20:])
+    assert replica_moves <= 1 and delay_moves <= 1, moved
 
 
 @given(loops(), st.floats(2000.0, 8000.0), st.sampled_from([60.0, 120.0, STABILISATION_S]))
@@ -364,3 +368,22 @@ def test_no_scale_down_while_the_observed_p99_breaks_the_slo() -> None:
     assert decide(light, spec, TuningState()).replicas < 4  # the model alone gives back
     hot = decide(replace(light, p99_ms=80.0), spec, TuningState())
     assert hot.replicas == 4 and "no scale-down while p99 80 ms > SLO 50 ms" in hot.reason
+
+
+def test_p99_left_over_from_before_a_scale_up_does_not_force_another() -> None:
+    """Triton's p99 summary holds a scale-up's transient for about a minute: only a p99 over
+    the SLO that persists past P99_WINDOW_S after the change forces more replicas."""
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10, min_delay_us=0,
+                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO, interval_s=10.0)
+    hot = replace(_plant(spec, CPU_DEMO, 0.0, 800.0, 2, 0), p99_ms=80.0)
+    state = TuningState(last_scale_up_s=0.0, recommendations=((0.0, 2),))
+    t, seen = 3 * spec.interval_s, []  # settled, by the rates
+    while t < P99_WINDOW_S:
+        dec = decide(replace(hot, time_s=t), spec, state)
+        seen.append(dec.replicas)
+        state, t = dec.state, t + spec.interval_s
+    assert seen and max(seen) == 2
+    for _ in range(2):
+        dec = decide(replace(hot, time_s=t), spec, state)
+        state, t = dec.state, t + spec.interval_s
+    assert dec.replicas > 2 and "p99 80 ms > SLO 50 ms" in dec.reason

@@ -16,8 +16,8 @@
    recommendation of the last STABILISATION_S, only when the lower count also passes with
    DOWN_HEADROOM more (hysteresis), and never while the observed p99 breaks the SLO. An
    observed p99 over the SLO on two settled ticks forces a scale-up even when the model
-   disagrees, unless the delay explains it, a past backlog is draining, or the load fell
-   within P99_WINDOW_S (Triton's p99 summary then still shows the heavier past).
+   disagrees, unless the delay explains it, a past backlog is draining, or a change or a fall
+   in load happened within P99_WINDOW_S (Triton's p99 summary then still shows the past).
 5. Delay: the one that spends the least GPU time per inference while the predicted p99 keeps
    the margin, the smallest among near-equals (near capacity the delay buys nothing). Cut at
    once; raised only to the least delay recommended over DELAY_UP_WINDOW_S and with the wider
@@ -266,16 +266,17 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     slope = state.rps_slope * 0.5
     if rate_settled and state.last_rps is not None and dt > 0:
         slope += 0.5 * (rps - state.last_rps) / dt
-    # Triton's p99 is a summary over its last minute or so: when the load falls it still
-    # shows the heavier past, while the counters' rates already show the present. Until it
-    # has caught up, the observed p99 neither forces a scale-up nor trains the correction.
+    # Triton's p99 is a summary over its last minute or so: after a change, or when the load
+    # falls, it still shows the past (a transient's backlog, a heavier load) while the
+    # counters' rates already show the present. Until it has caught up, the observed p99
+    # neither forces a scale-up nor blocks a scale-down nor trains the correction.
     falling = state.last_rps is not None and rps < (1 - STEADY_RATE_CHANGE) * state.last_rps
     last_fall_s = t if falling else state.last_rate_fall_s
-    p99_current = last_fall_s is None or t - last_fall_s >= P99_WINDOW_S
+    p99_since = max(settled_since, last_fall_s if last_fall_s is not None else -math.inf)
+    p99_current = starting == 0 and t - p99_since >= P99_WINDOW_S
     breaches = state.slo_breaches + 1 if settled and p99_current and p99_obs > spec.slo_ms else 0
     steady = (
         settled
-        and p99_current
         and rps > 0
         and ready > 0
         and p99_obs > 0
@@ -298,7 +299,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             "holding: no batch-latency data yet (no profile, no steady traffic seen)",
         )
     correction = state.p99_correction
-    if steady:
+    if steady and p99_current:
         pred = predict(rps / ready, obs.delay_us, spec.max_batch_size, latency)
         ratio = p99_obs / pred.p99_ms if pred.stable else math.inf
         if CORRECTION_BOUNDS[0] / 2 <= ratio <= CORRECTION_BOUNDS[1] * 2:
