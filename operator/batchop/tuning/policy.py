@@ -56,7 +56,7 @@ CORRECTION_BOUNDS = (0.8, 1.5)
 STEADY_RATE_CHANGE = 0.1  # rate or queue changes beyond this share of the rate: not steady
 DRAIN_S = 120.0  # a backlog found when saturated is planned to drain in this long
 LOOKAHEAD_S = 60.0  # how far ahead a rising rate is extrapolated (window lag + startup)
-P99_WINDOW_S = 60.0  # Triton's p99 summary still holds the heavier past this long after a fall
+P99_WINDOW_S = 60.0  # Triton's p99 summary still shows the past this long after a change or a fall
 DELAY_GRID_US = (
     0,
     100,
