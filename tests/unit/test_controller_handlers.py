@@ -221,3 +221,39 @@ def test_status_write_exports_conditions_for_alerts() -> None:
                 "batchop_condition", {"namespace": ns, "batchedmodel": name, "type": ctype}
             )
             assert value == (1.0 if cond["status"] == "True" else 0.0), ctype
+
+
+def _ready(w: World) -> None:
+    dep = w.deployment()
+    assert dep is not None
+    dep["metadata"]["generation"] = 1
+    dep["status"] = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
+    dep["status"]["observedGeneration"] = 1
+
+
+def test_status_from_a_lagging_copy_costs_no_conflict() -> None:
+    """kopf's copy lags behind our own status write: compute from our write, not from it."""
+    w = World()
+    stale = w.bm  # what kopf's index still shows after the reconcile below wrote status
+    w.handlers.reconcile(stale)
+    reads: list[str] = []
+    get_model = w.cluster.get_model
+    w.cluster.get_model = lambda ns, name: reads.append(name) or get_model(ns, name)  # type: ignore[method-assign]
+    writes = w.cluster.writes.count("status")
+    _ready(w)
+    assert w.handlers.refresh_status(stale) is not None
+    assert w.conditions()["Ready"]["status"] == "True"
+    assert reads == [] and w.cluster.writes.count("status") == writes + 1
+    # The same lagging copy again (another pod event): nothing changed, nothing sent.
+    assert w.handlers.refresh_status(stale) is None
+    assert reads == [] and w.cluster.writes.count("status") == writes + 1
+
+
+def test_a_copy_newer_than_our_write_wins() -> None:
+    w = World()
+    w.handlers.reconcile(w.bm)
+    w.cluster.model["metadata"]["generation"] = 2  # an edit after our write
+    w.cluster.model["metadata"]["resourceVersion"] = "500"
+    _ready(w)
+    w.handlers.refresh_status(w.bm)
+    assert w.cluster.model["status"]["observedGeneration"] == 2

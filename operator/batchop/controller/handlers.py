@@ -77,6 +77,10 @@ def _key(bm: Mapping[str, Any]) -> ModelKey:
     return str(bm["metadata"]["namespace"]), str(bm["metadata"]["name"])
 
 
+def _version(bm: Mapping[str, Any]) -> str:
+    return str((bm.get("metadata") or {}).get("resourceVersion") or "")
+
+
 def slim_model(body: Mapping[str, Any]) -> dict[str, Any]:
     """What the handlers need of a BatchedModel (kept in memory for every one)."""
     meta = body.get("metadata") or {}
@@ -157,6 +161,10 @@ class Handlers:
         self._unserved: set[tuple[ModelKey, str]] = set()
         self._failures: dict[ModelKey, tuple[str, str]] = {}
         self._laggards: dict[ModelKey, tuple[str, str]] = {}
+        # The BatchedModel as the last status write here left it (the API server's answer),
+        # and the resourceVersions known to be older than it: see `_newest`.
+        self._written: dict[ModelKey, dict[str, Any]] = {}
+        self._superseded: dict[ModelKey, frozenset[str]] = {}
 
     # --- BatchedModel ------------------------------------------------------------------------
 
@@ -248,6 +256,8 @@ class Handlers:
         self._unserved = {m for m in self._unserved if m[0] != key}
         with self._locks_guard:
             self._locks.pop(key, None)
+            self._written.pop(key, None)
+            self._superseded.pop(key, None)
 
     # --- children ----------------------------------------------------------------------------
 
@@ -325,15 +335,17 @@ class Handlers:
 
         key = _key(bm)
         with self._lock(key):
-            current: Mapping[str, Any] | None = bm
+            current: Mapping[str, Any] | None = self._newest(key, bm)
+            seen = {_version(bm)}
             for _attempt in range(STATUS_ATTEMPTS):
                 if current is None or current["metadata"].get("deletionTimestamp"):
                     return None
+                seen.add(_version(current))
                 status = compute(current)
                 if status is None or not status_differs(current.get("status"), status):
                     return None
                 try:
-                    self.cluster.patch_status(
+                    answer = self.cluster.patch_status(
                         key[0], key[1], status, current["metadata"].get("resourceVersion")
                     )
                 except APIError as exc:
@@ -341,9 +353,39 @@ class Handlers:
                         raise
                     current = self.cluster.get_model(*key)
                     continue
+                self._remember(key, bm, answer, seen)
                 _export_metrics(current, status)
                 return current, dict(status)
             raise APIError(409, f"status of {key[0]}/{key[1]} kept changing; will retry")
+
+    def _newest(self, key: ModelKey, bm: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`bm`, or the copy the last status write here returned while `bm` is older than it.
+
+        Why: callers pass kopf's copy (the body of an event, or the index), which lags behind
+        the API server by seconds to minutes while many models start. Computed from a copy
+        older than our own last write, the status looks changed, and each event cost a
+        refused patch (409) and a GET. The patch still carries the resourceVersion, so a
+        copy that is not the newest after all costs a conflict, never a lost update.
+        """
+        ours = self._written.get(key)
+        if ours is not None and _version(bm) in self._superseded.get(key, frozenset()):
+            return ours
+        return bm
+
+    def _remember(
+        self, key: ModelKey, bm: Mapping[str, Any], answer: Mapping[str, Any], seen: set[str]
+    ) -> None:
+        """Keep the API server's answer to a status patch as the newest copy of the model."""
+        version = _version(answer) if isinstance(answer, Mapping) else ""
+        if not version or version in seen:
+            self._written.pop(key, None)  # no usable answer: fall back to kopf's copies
+            self._superseded.pop(key, None)
+            return
+        older = set(seen)
+        if _version(bm) in self._superseded.get(key, frozenset()):  # kopf's copy still lags
+            older |= self._superseded[key]
+        self._written[key] = slim_model(answer)
+        self._superseded[key] = frozenset(older - {""})
 
     def _selector(
         self, bm: Mapping[str, Any], deployment: Mapping[str, Any] | None
@@ -436,17 +478,22 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     logic = Handlers(settings, cluster, post, lookup)
 
     # Index ids are the kwarg names kopf passes the indexes to every handler under.
+    # Handlers that do no blocking I/O are async: kopf runs every sync handler in its
+    # executor (settings.workers threads), and with hundreds of models starting, the creation
+    # handlers fill it; an indexer or `model-gone` queued behind them delays the index and
+    # kopf's view of its own annotation patches past its consistency timeout, and kopf then
+    # runs the creation handler again for an older event (2.6 times per model at N=1000).
     @kopf.index(API_GROUP, VERSION, PLURAL, registry=registry, id="batchedmodels")
-    def batchedmodels(body: Any, namespace: str, name: str, **_: Any) -> Any:
+    async def batchedmodels(body: Any, namespace: str, name: str, **_: Any) -> Any:
         return {(namespace, name): slim_model(body)}
 
     @kopf.index("apps", "v1", "deployments", labels=present, registry=registry, id="deployments")
-    def deployments(body: Any, **_: Any) -> Any:
+    async def deployments(body: Any, **_: Any) -> Any:
         owner = controller_of(body)
         return {owner[:2]: slim_deployment(body)} if owner else None
 
     @kopf.index("", "v1", "pods", labels=present, registry=registry, id="pods")
-    def pods(body: Any, **_: Any) -> Any:
+    async def pods(body: Any, **_: Any) -> Any:
         found = model_of(body)
         return {found: slim_pod(body)} if found else None
 
@@ -500,7 +547,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
         # Nothing returned: kopf would store a result in status, which is the API's.
 
     @kopf.on.event(API_GROUP, VERSION, PLURAL, registry=registry, id="model-gone")
-    def model_gone(type: str, body: Any, **_: Any) -> None:  # noqa: A002 - kopf's kwarg name
+    async def model_gone(type: str, body: Any, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
         if type == "DELETED":
             logic.forget(slim_model(body))
             _forget_metrics(slim_model(body))
