@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -38,6 +39,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections import Counter
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -215,6 +217,7 @@ def run_one(
         "--no-pod-monitor", "--log-format", "plain",
     ]  # fmt: skip
     row: dict[str, Any] = {"n": n, "cold_s": None, "cold_99_s": None, "stuck": 0}
+    calls0 = api_calls(cluster)
     with open(log_path, "wb") as log:
         t0 = time.monotonic()
         proc = subprocess.Popen(
@@ -246,6 +249,8 @@ def run_one(
             row["cold_s"] = time.monotonic() - t0
         row["cold_cpu_s"], _, row["cold_peak_mib"] = proc_figures(proc.pid)
         cold_end = time.monotonic()
+        row["cold_calls"] = per_model(api_calls(cluster) - calls0, n)
+        row["reconcile_runs"] = log_path.read_text(errors="replace").count(RECONCILED) / n
         print(f"  N={n}: cold phase over: {row}", flush=True)
         time.sleep(settle)  # let the watch backlog of the cold start drain first
         metrics_url = f"http://127.0.0.1:{metrics}/metrics"
@@ -269,6 +274,49 @@ def run_one(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+
+
+# kopf logs this once per run of the BatchedModel handler (create, update or resume).
+RECONCILED = "Handler 'reconcile' succeeded"
+# The operator's calls, counted at the API server (apiserver_request_total); the benchmark
+# itself only LISTs BatchedModels (polling) and created them before the operator started.
+CALL_KINDS = {
+    ("batchedmodels", "", "PATCH"): "kopf annotation patches",
+    ("batchedmodels", "status", "PATCH"): "status patches",
+    ("batchedmodels", "", "GET"): "BatchedModel GETs",
+    ("deployments", "", "APPLY"): "child applies",  # server-side apply's own verb
+    ("services", "", "APPLY"): "child applies",
+    ("poddisruptionbudgets", "", "APPLY"): "child applies",
+    ("deployments", "", "PATCH"): "child patches",
+    ("services", "", "PATCH"): "child patches",
+    ("poddisruptionbudgets", "", "GET"): "child GETs",
+    ("podmonitors", "", "GET"): "child GETs",
+}
+
+
+def api_calls(cluster: LocalCluster) -> Counter[tuple[str, str]]:
+    """The API server's request counters for the operator's kinds of call: (what, code)."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    found: Counter[tuple[str, str]] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        what = CALL_KINDS.get((labels.get("resource", ""), labels.get("subresource", ""),
+                               labels.get("verb", "")))  # fmt: skip
+        if what is not None:
+            found[(what, labels.get("code", ""))] += int(float(line.split()[-1]))
+    return found
+
+
+def per_model(calls: Counter[tuple[str, str]], n: int) -> dict[str, float]:
+    """Calls per model by kind ("status patches 409" for refused ones), and all of them."""
+    out: dict[str, float] = {}
+    for (what, code), count in sorted(calls.items()):
+        label = what if code.startswith("2") else f"{what} {code}"
+        out[label] = out.get(label, 0.0) + count / n
+    out["all"] = sum(calls.values()) / n
+    return out
 
 
 def measure_window(
@@ -337,6 +385,23 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def calls_table(rows: list[dict[str, Any]]) -> str:
+    """API calls per model in the cold phase, by kind (counted at the API server)."""
+    kinds = sorted({k for r in rows for k in r.get("cold_calls", {}) if k != "all"})
+    lines = [
+        "| N models | creation handler runs | " + " | ".join(kinds) + " | all |",
+        "|---" * (len(kinds) + 3) + "|",
+    ]
+    for r in rows:
+        calls = r.get("cold_calls", {})
+        cells = " | ".join(f"{calls.get(k, 0.0):.2f}" for k in kinds)
+        lines.append(
+            f"| {r['n']} | {r.get('reconcile_runs', 0.0):.2f} | {cells} | "
+            f"{calls.get('all', 0.0):.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def write_results(
     rows: list[dict[str, Any]], window: float, settle: float, tolerance: float
 ) -> None:
@@ -352,7 +417,11 @@ def write_results(
         f"left to drain). Windows start {settle:.0f} s after the cold phase and repeat until two "
         f"in a row agree within {tolerance:.0%}; the steady figure is the last window's, the "
         "first window's is shown beside it.\n\n"
-        f"{table(rows)}\n"
+        f"{table(rows)}\n\n"
+        "API calls per model in the cold phase (operator start to the last model Ready), "
+        "counted at the API server (`apiserver_request_total`; a code after the kind: refused), "
+        "and runs of the creation handler per model (kopf's log):\n\n"
+        f"{calls_table(rows)}\n"
     )
 
 
@@ -397,6 +466,7 @@ def main() -> int:
         if not args.keep_cluster:
             cluster.down()
     print(table(rows))
+    print(calls_table(rows))
     print(f"written to {RESULTS}")
     return 0
 
