@@ -257,3 +257,12 @@ def test_a_copy_newer_than_our_write_wins() -> None:
     _ready(w)
     w.handlers.refresh_status(w.bm)
     assert w.cluster.model["status"]["observedGeneration"] == 2
+
+
+def test_new_model_status_from_the_applied_deployment_while_the_index_lacks_it() -> None:
+    w = World()
+    w.handlers.lookup = lambda ns, name: (None, [])  # the index has not seen the Deployment
+    w.handlers.reconcile(w.bm)
+    cond = w.conditions()
+    assert cond["Ready"]["reason"] != "DeploymentMissing"
+    assert cond["Progressing"]["reason"] != "Creating"

@@ -185,10 +185,13 @@ class Handlers:
             self._fail(bm, "InvalidSpec", message)
             raise SpecRefused(message) from None
         done: list[str] = []
+        applied: dict[str, Any] | None = None
         try:
             for child in desired:
                 try:
-                    self.cluster.apply(child)
+                    live = self.cluster.apply(child)
+                    if child["kind"] == "Deployment" and isinstance(live, Mapping):
+                        applied = slim_deployment(live)
                     done.append(f"applied {describe(child_key(child))}")
                     self._unserved.discard((key, child["kind"]))
                 except NotServed as exc:
@@ -206,7 +209,7 @@ class Handlers:
             self._fail(bm, "ApplyFailed", f"reconcile failed: {exc}")
             raise
         self._failures.pop(key, None)
-        self.refresh_status(bm)
+        self.refresh_status(bm, applied)
         return done
 
     def _skip_unserved(self, bm: Mapping[str, Any], child: Mapping[str, Any], why: str) -> None:
@@ -298,12 +301,20 @@ class Handlers:
         with self._locks_guard:
             return self._locks.setdefault(key, threading.Lock())
 
-    def refresh_status(self, bm: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Write the operator's status fields if they changed. Returns the patch written."""
+    def refresh_status(
+        self, bm: Mapping[str, Any], applied: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """Write the operator's status fields if they changed. Returns the patch written.
+
+        `applied`: the Deployment as reconcile just applied it, for when the index has not
+        seen it yet (a new model): status then says what is, not "Deployment missing".
+        """
         key = _key(bm)
 
         def compute(current: Mapping[str, Any]) -> dict[str, Any]:
             deployment, pods = self.lookup(*key)
+            if deployment is None:
+                deployment = applied
             return compute_status(
                 current,
                 self._selector(current, deployment),
