@@ -120,7 +120,7 @@ def new_decisions(status: dict[str, Any], seen: set[str]) -> list[dict[str, Any]
 
 
 def write_plot(result: DemoResult, path: Path) -> None:
-    """report.png: load, p99 vs SLO, delay, replicas over time."""
+    """report.png: load, p99 (Triton's and the clients') vs SLO, delay, replicas over time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -137,7 +137,13 @@ def write_plot(result: DemoResult, path: Path) -> None:
     axes[0].plot(t, series([s.rps for s in tl]), label="served (Prometheus)")
     axes[0].set_ylabel("req/s")
     axes[0].legend(loc="upper right")
-    axes[1].plot(t, series([s.p99_ms for s in tl]), label="p99 (worst pod)")
+    axes[1].plot(t, series([s.p99_ms for s in tl]),
+                 label="Triton p99, worst pod (a summary over ~1 min)")
+    per_second = result.load.get("timeline") or []
+    if per_second:  # what clients saw, second by second: no summary lag
+        axes[1].plot([x["t"] + 0.5 for x in per_second],
+                     series([x.get("p99_ms") for x in per_second]),
+                     label="clients' p99, per second", alpha=0.7, linewidth=0.8)
     axes[1].plot(t, [s.slo_ms for s in tl], "--", label="SLO")
     axes[1].set_ylabel("ms")
     axes[1].legend(loc="upper right")
