@@ -10,7 +10,7 @@ Prometheus discovering the cluster's BatchedModel pods (5 s scrapes) and the pod
 running a real tritonserver per Running pod. `stack.repository_dir` is a folder for model
 repositories; `stack.prometheus.url`, `stack.runner`, `stack.observer()` are the handles.
 The BatchedModel CRD is installed (an operator started before its CRD may not notice it);
-the operator is not started here (tests that need it call `stack.start_operator()`).
+the operator is not started by `stack` (tests that need it take the `operator` fixture).
 """
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ import pytest
 @pytest.fixture(scope="session")
 def cluster(probed_cluster: Any) -> Any:
     return probed_cluster
+
+
+@pytest.fixture
+def operator(stack: Any) -> Any:
+    """`batchop run` on the stack (started once, kept for the session); the stack itself."""
+    if not stack.operator_running():
+        stack.start_operator()
+    return stack
 
 
 @pytest.fixture(scope="session")

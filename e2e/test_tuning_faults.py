@@ -65,15 +65,8 @@ def _wait(probe: Any, what: str, timeout: float = 150.0) -> Any:
 
 
 def test_prometheus_outage_holds_then_resumes_and_a_rejected_reload_keeps_serving(
-    cluster: Any, stack: Any
+    cluster: Any, stack: Any, operator: Any
 ) -> None:
-    # The CRD first: an operator started without it may not notice it later (kopf).
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f",
-                    str(ROOT / "crds" / "batchedmodel.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/batchedmodels.batchop.io")
-    if not stack.operator_running():
-        stack.start_operator()
     manifest = copy.deepcopy(yaml.safe_load((ROOT / "examples" / "cpu-demo.yaml").read_text()))
     manifest["metadata"] = {"name": NAME, "namespace": NAMESPACE}
     spec = manifest["spec"]

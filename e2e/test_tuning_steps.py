@@ -76,15 +76,8 @@ def manifest(repository: str) -> dict[str, Any]:
 
 
 def test_step_up_scales_out_step_down_gives_back_and_reloads_are_hitless(
-    cluster: Any, stack: Any, tmp_path: Path
+    cluster: Any, stack: Any, operator: Any, tmp_path: Path
 ) -> None:
-    # The CRD first: an operator started without it may not notice it later (kopf).
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f",
-                    str(ROOT / "crds" / "batchedmodel.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/batchedmodels.batchop.io")
-    if not stack.operator_running():
-        stack.start_operator()
     bm = manifest(str(stack.repository_dir))
     write_model_repository(
         stack.repository_dir, NAME, load_profile(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),

@@ -60,19 +60,17 @@ def client_p99(
 
     `records` is the load generator's (send_s, latency_ms, ok lists, one entry a request).
     """
-    latencies = sorted(
+    import numpy as np
+
+    latencies = [
         float(lat)
         for sent, lat, ok in zip(records["send_s"], records["latency_ms"], records["ok"],
                                  strict=True)
         if ok and lat is not None and t0 <= sent < t1
-    )
+    ]
     if not latencies:
         return None, 0
-    # numpy's default (linear) percentile, without numpy.
-    rank = 0.99 * (len(latencies) - 1)
-    low = int(rank)
-    high = min(low + 1, len(latencies) - 1)
-    return latencies[low] + (latencies[high] - latencies[low]) * (rank - low), len(latencies)
+    return float(np.percentile(latencies, 99)), len(latencies)
 
 
 def judge_steps(
