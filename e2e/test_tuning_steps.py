@@ -21,7 +21,8 @@ What is asserted is behaviour, not speed:
   TOLERANCE: client latencies include the HTTP round trip and the generator's scheduling on
   the same two cores as Triton (measured 1-3 ms at these rates).
 The give-back and p99 checks need a machine that is not starved: they are made only when the
-generator kept its own schedule (send-lag p99 < 100 ms), as in e2e/test_triton.py; else the
+generator kept its own schedule (send-lag p99 < 100 ms, and for p99 within the SLO's
+tolerance, 10 ms, since client latencies include that lag), as in e2e/test_triton.py; else the
 figures are printed and only the step-up answer and hitlessness are asserted. (Seen on a
 machine at load 5 on 2 cores: Triton's p99 lagged the drained backlog by a minute and the
 policy scaled up again after the step down.) The high step's p99 is also skipped when a
@@ -201,6 +202,13 @@ def _judge(report: dict[str, Any], samples: list[dict[str, Any]], t_start: float
     else:
         assert end == 1
 
+    if report["send_lag_p99_ms"] > SLO_MS * TOLERANCE:
+        # Client latencies include the generator's own lag: once that alone takes more than
+        # the tolerance, the clients' p99 measures the machine, not the loop (seen: send lag
+        # p99 40 ms, clients' p99 53 ms with Triton's at 37 ms).
+        print(f"[steps] p99 not judged: send lag p99 {report['send_lag_p99_ms']} ms > "
+              f"{SLO_MS * TOLERANCE:g} ms, the SLO's tolerance")
+        return
     for _, end_s, rps in (STEPS[1], STEPS[2]):
         p99, n = client_p99(report["records"], end_s - SETTLED_S, end_s)
         settled = [s for s in samples if end_s - SETTLED_S <= s["t"] <= end_s]
