@@ -24,12 +24,16 @@ from batchop.api.models import (
     BatchedModelSpec,
     BatchingSpec,
     ModelSpec,
+    OverloadSpec,
     ResourceRequirements,
     ScalingSpec,
     ServerSpec,
 )
 
-RULED = [ModelSpec, ResourceRequirements, ServerSpec, ScalingSpec, BatchingSpec, BatchedModelSpec]
+RULED = [
+    ModelSpec, ResourceRequirements, ServerSpec, ScalingSpec, BatchingSpec, OverloadSpec,
+    BatchedModelSpec,
+]  # fmt: skip
 
 
 def test_every_rule_bearing_model_is_covered() -> None:
@@ -93,15 +97,33 @@ def agree(model: type[APIModel], node: dict[str, Any]) -> set[tuple[str, str]]:
 
 SMALL = st.integers(0, 6)
 
+# Latency points: sizes around maxBatchSize, repeats, with and without batch size 1; times
+# as ints and floats, equal and falling ones included.
+LATENCY_POINTS = st.lists(
+    st.builds(
+        lambda b, ms: {"batchSize": b, "milliseconds": ms},
+        st.integers(1, 10),
+        st.sampled_from([1, 1.0, 2, 2.5, 4.0, 7]),
+    ),
+    max_size=4,
+)
+
 model_nodes = st.builds(
-    lambda mbs, sizes: {
+    lambda mbs, sizes, profile: {
         "name": "m",
         "repository": "/models",
         "maxBatchSize": mbs,
         **({} if sizes is None else {"preferredBatchSizes": sizes}),
+        **({} if profile is None else {"latencyProfile": profile}),
     },
     st.integers(1, 8),
     st.none() | st.lists(st.integers(1, 10), max_size=5),
+    st.none() | LATENCY_POINTS,
+)
+
+overload_nodes = st.fixed_dictionaries(
+    {"policy": st.sampled_from(["Reject", "Queue"]), "maxQueueSize": st.sampled_from([0, 1])},
+    optional={"queueTimeoutMicroseconds": st.sampled_from([0, 1, 5000])},
 )
 
 # Spellings of equal and of different amounts, ints included (the fields are int-or-string).
@@ -203,6 +225,20 @@ def spec_nodes(draw: st.DrawFn) -> dict[str, Any]:
         # ints and floats both: the API server sees whatever JSON number the user wrote
         "slo": {"p99LatencyMilliseconds": draw(st.sampled_from([0.5, 1, 1.0, 1.001, 5, 5.0, 50]))},
         "autotune": {"queueDelay": True, "replicas": draw(st.booleans()), "intervalSeconds": 30},
+        "overload": {
+            "policy": "Reject",
+            "maxQueueSize": 0,
+            **draw(
+                st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "queueTimeoutMicroseconds": st.sampled_from(
+                            [0, 1, 4999, 5000, 5001, 49_999, 50_000, 50_001]
+                        )
+                    },
+                )
+            ),
+        },
     }
 
 
@@ -240,6 +276,12 @@ def test_batching_rules_agree(node: dict[str, Any]) -> None:
 
 
 @FAST
+@given(overload_nodes)
+def test_overload_rules_agree(node: dict[str, Any]) -> None:
+    agree(OverloadSpec, node)
+
+
+@FAST
 @given(spec_nodes())
 def test_spec_rules_agree(node: dict[str, Any]) -> None:
     agree(BatchedModelSpec, node)
@@ -260,6 +302,18 @@ def test_spec_rules_agree(node: dict[str, Any]) -> None:
                      "preferredBatchSizes": [4, 2]}, 0),
         (ModelSpec, {"name": "m", "repository": "r", "maxBatchSize": 4,
                      "preferredBatchSizes": [5, 5]}, 2),
+        (ModelSpec, {"name": "m", "repository": "r", "maxBatchSize": 8, "latencyProfile": [
+            {"batchSize": 8, "milliseconds": 6}, {"batchSize": 1, "milliseconds": 4.0},
+            {"batchSize": 4, "milliseconds": 4}]}, 0),
+        (ModelSpec, {"name": "m", "repository": "r", "maxBatchSize": 4, "latencyProfile": [
+            {"batchSize": 8, "milliseconds": 6}, {"batchSize": 1, "milliseconds": 4.0},
+            {"batchSize": 4, "milliseconds": 3.5}]}, 2),
+        (ModelSpec, {"name": "m", "repository": "r", "maxBatchSize": 4, "latencyProfile": [
+            {"batchSize": 2, "milliseconds": 6}, {"batchSize": 2, "milliseconds": 6}]}, 2),
+        (OverloadSpec, {"policy": "Queue", "maxQueueSize": 0, "queueTimeoutMicroseconds": 0}, 0),
+        (OverloadSpec, {"policy": "Queue", "maxQueueSize": 5}, 1),
+        (OverloadSpec, {"policy": "Reject", "maxQueueSize": 5,
+                        "queueTimeoutMicroseconds": 9}, 0),
         (ServerSpec, {"gpus": 1, "args": ["--model-control-mode", "poll"]}, 1),
         (ServerSpec, {"gpus": 1, "args": ["--model-control-modes=x"]}, 0),
         (ServerSpec, {"gpus": 0, "resources": {"requests": {"nvidia.com/gpu": 1},

@@ -234,11 +234,47 @@ def test_model_config_carries_the_delay_and_preferred_sizes() -> None:
     assert config == {
         "name": "bert",
         "max_batch_size": 32,
-        "dynamic_batching": {"max_queue_delay_microseconds": 2500, "preferred_batch_size": [8, 16]},
+        "dynamic_batching": {
+            "max_queue_delay_microseconds": 2500,
+            "preferred_batch_size": [8, 16],
+            # the default overload guard: Reject past half the 50 ms SLO (no profile given)
+            "default_queue_policy": {
+                "timeout_action": "REJECT",
+                "default_timeout_microseconds": 25_000,
+                "allow_timeout_override": False,
+                "max_queue_size": 0,
+            },
+        },
     }
     assert "preferred_batch_size" not in render_model_config(bm(), 0)["dynamic_batching"]
     with pytest.raises(ValueError, match="delay_us"):
         render_model_config(model, -1)
+
+
+def _queue_policy(**spec: Any) -> dict[str, Any]:
+    return render_model_config(bm(**spec), 0)["dynamic_batching"]["default_queue_policy"]
+
+
+def test_queue_policy_follows_spec_overload() -> None:
+    model = {"name": "m", "repository": "/m", "maxBatchSize": 32}
+    profile = [{"batchSize": 1, "milliseconds": 4}, {"batchSize": 32, "milliseconds": 12}]
+    # Queue: Triton's behaviour without a guard (no timeout, unbounded), nothing refused
+    assert _queue_policy(model=model, overload={"policy": "Queue"}) == {
+        "timeout_action": "DELAY", "default_timeout_microseconds": 0,
+        "allow_timeout_override": False, "max_queue_size": 0,
+    }  # fmt: skip
+    # Reject with a profile: the SLO minus a full batch (32: 12 ms)
+    derived = _queue_policy(model={**model, "latencyProfile": profile}, slo={
+        "p99LatencyMilliseconds": 40}, batching={"maxQueueDelayLimitMicroseconds": 5000})
+    assert (derived["timeout_action"], derived["default_timeout_microseconds"]) == (
+        "REJECT", 28_000)
+    # never below the delay limit + 1 ms, or a request waiting out the delay is refused
+    floor = _queue_policy(model={**model, "latencyProfile": profile}, slo={
+        "p99LatencyMilliseconds": 20})
+    assert floor["default_timeout_microseconds"] == 21_000
+    given = _queue_policy(model=model, overload={"queueTimeoutMicroseconds": 30_000,
+                                                 "maxQueueSize": 64})
+    assert (given["default_timeout_microseconds"], given["max_queue_size"]) == (30_000, 64)
 
 
 def test_renderers_do_not_modify_the_model() -> None:

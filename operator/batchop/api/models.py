@@ -129,6 +129,31 @@ def _default_section(section: type[APIModel]) -> dict[str, Any]:
 PositiveBatch = Annotated[int, Field(ge=1, le=65536)]
 
 
+LATENCY_CEILING_MS = 600_000.0  # 10 minutes: beyond any batch a latency SLO could allow
+
+
+class LatencyPoint(APIModel):
+    """One measured point of the model's batch-latency curve."""
+
+    batch_size: PositiveBatch = Field(description="Batch size, within 1..maxBatchSize.")
+    milliseconds: float = Field(
+        gt=0,
+        le=LATENCY_CEILING_MS,
+        description="Execution (compute) time of one batch of this size, in milliseconds.",
+    )
+
+
+def _profile_decreases(points: list[LatencyPoint] | None) -> list[str]:
+    """`8 -> 16` for each pair where a larger batch is said to run faster than a smaller."""
+    ordered = sorted(points or (), key=lambda p: p.batch_size)
+    return [
+        f"{a.batch_size} -> {b.batch_size}"
+        for i, a in enumerate(ordered)
+        for b in ordered[i + 1 :]
+        if b.batch_size > a.batch_size and b.milliseconds < a.milliseconds
+    ]
+
+
 class ModelSpec(APIModel):
     """The Triton model this BatchedModel serves."""
 
@@ -157,6 +182,16 @@ class ModelSpec(APIModel):
         "dispatches as soon as it has them. Each in 1..maxBatchSize, no duplicates.",
     )
 
+    latency_profile: list[LatencyPoint] | None = Field(
+        default=None,
+        max_length=32,
+        description="Optional prior for the batch-latency curve: measured (batchSize, "
+        "milliseconds) points, interpolated piecewise-linearly. Must include batch size 1; "
+        "batch sizes unique and within 1..maxBatchSize; time never falls as the batch "
+        "grows. The tuner starts from it and refines it from Triton's metrics; the "
+        "default queue timeout (spec.overload) is the SLO minus a full batch's time by it.",
+    )
+
     __rules__ = (
         Rule(
             cel="!has(self.preferredBatchSizes) || "
@@ -175,7 +210,45 @@ class ModelSpec(APIModel):
             ),
             reason="FieldValueDuplicate",
         ),
+        Rule(
+            cel="!has(self.latencyProfile) || "
+            "self.latencyProfile.all(p, p.batchSize <= self.maxBatchSize)",
+            message="every latencyProfile batchSize must be <= maxBatchSize",
+            field="latencyProfile",
+            check=lambda m: all(p.batch_size <= m.max_batch_size for p in m.latency_profile or ()),
+        ),
+        Rule(
+            cel="!has(self.latencyProfile) || self.latencyProfile.all(p, "
+            "self.latencyProfile.exists_one(q, q.batchSize == p.batchSize))",
+            message="latencyProfile batch sizes must be unique",
+            field="latencyProfile",
+            check=lambda m: len({p.batch_size for p in m.latency_profile or ()})
+            == len(m.latency_profile or ()),
+            reason="FieldValueDuplicate",
+        ),
+        Rule(
+            cel="!has(self.latencyProfile) || size(self.latencyProfile) == 0 || "
+            "self.latencyProfile.exists(p, p.batchSize == 1)",
+            message="latencyProfile must include batch size 1 (the cost of one call)",
+            field="latencyProfile",
+            check=lambda m: not m.latency_profile
+            or any(p.batch_size == 1 for p in m.latency_profile),
+        ),
+        Rule(
+            cel="!has(self.latencyProfile) || self.latencyProfile.all(p, "
+            "self.latencyProfile.all(q, q.batchSize <= p.batchSize || "
+            "double(q.milliseconds) >= double(p.milliseconds)))",
+            message="latencyProfile milliseconds must not decrease as batchSize grows",
+            field="latencyProfile",
+            check=lambda m: not _profile_decreases(m.latency_profile),
+            detail=lambda m: "falls at " + ", ".join(_profile_decreases(m.latency_profile)),
+        ),
     )
+
+    def profile_points(self) -> tuple[tuple[int, float], ...]:
+        """The latency profile as sorted (batch size, ms) pairs; () when none is given."""
+        points = self.latency_profile or ()
+        return tuple(sorted((p.batch_size, float(p.milliseconds)) for p in points))
 
 
 _QUANTITY_RE = re.compile(NON_NEGATIVE_QUANTITY)
@@ -575,6 +648,48 @@ class SLOSpec(APIModel):
     )
 
 
+class OverloadSpec(APIModel):
+    """Triton's queue policy: what happens to requests a burst beyond capacity leaves waiting."""
+
+    policy: Literal["Reject", "Queue"] = Field(
+        default="Reject",
+        description="Reject: Triton refuses (HTTP 503 / gRPC UNAVAILABLE) a request that "
+        "waited past the queue timeout (when the batcher next forms a batch) and, at once, "
+        "one that arrives to a full queue, so served requests keep their latency and "
+        "recovery is immediate. Queue: every request waits its turn (Triton's default), "
+        "however long the backlog.",
+    )
+    max_queue_size: int = Field(
+        default=0,
+        ge=0,
+        le=1_000_000,
+        description="Most requests waiting per replica with policy Reject; one more is "
+        "refused on arrival. 0: unbounded (the timeout alone guards).",
+    )
+    queue_timeout_microseconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=DELAY_CEILING_US,
+        description="Longest a request may wait in the queue with policy Reject (compute "
+        "comes after). Absent or 0: derived from the SLO, as the SLO minus a full batch's "
+        "time by model.latencyProfile, else half the SLO, and at least "
+        "batching.maxQueueDelayLimitMicroseconds + 1 ms. If set: above "
+        "maxQueueDelayLimitMicroseconds and below the SLO.",
+    )
+
+    __rules__ = (
+        Rule(
+            cel="self.policy == 'Reject' || (self.maxQueueSize == 0 && "
+            "(!has(self.queueTimeoutMicroseconds) || self.queueTimeoutMicroseconds == 0))",
+            message="maxQueueSize and queueTimeoutMicroseconds apply only with policy Reject "
+            "(Queue never refuses a request)",
+            field="policy",
+            check=lambda o: o.policy == "Reject"
+            or (o.max_queue_size == 0 and not o.queue_timeout_microseconds),
+        ),
+    )
+
+
 class AutotuneSpec(APIModel):
     """Which knobs batchop tunes, how often, and where it reads metrics."""
 
@@ -633,6 +748,12 @@ class BatchedModelSpec(APIModel):
         json_schema_extra=_default_section(AutotuneSpec),
         description="What batchop tunes, and how often.",
     )
+    overload: OverloadSpec = Field(
+        default_factory=OverloadSpec,
+        json_schema_extra=_default_section(OverloadSpec),
+        description="What Triton does with requests beyond capacity: refuse them fast "
+        "(Reject, the default) or queue them (Queue).",
+    )
 
     __rules__ = (
         Rule(
@@ -650,6 +771,27 @@ class BatchedModelSpec(APIModel):
             check=lambda s: (
                 s.batching.max_queue_delay_microseconds < s.slo.p99_latency_milliseconds * 1000.0
             ),
+        ),
+        Rule(
+            cel="!has(self.overload.queueTimeoutMicroseconds) || "
+            "self.overload.queueTimeoutMicroseconds == 0 || "
+            "self.overload.queueTimeoutMicroseconds > self.batching.maxQueueDelayLimitMicroseconds",
+            message="the queue timeout must exceed batching.maxQueueDelayLimitMicroseconds (a "
+            "request that waited out the delay would be refused)",
+            field="overload.queueTimeoutMicroseconds",
+            check=lambda s: not s.overload.queue_timeout_microseconds
+            or s.overload.queue_timeout_microseconds
+            > s.batching.max_queue_delay_limit_microseconds,
+        ),
+        Rule(
+            cel="!has(self.overload.queueTimeoutMicroseconds) || "
+            "double(self.overload.queueTimeoutMicroseconds) < "
+            "double(self.slo.p99LatencyMilliseconds) * 1000.0",
+            message="the queue timeout must be below the p99 latency SLO (it bounds queue time; "
+            "compute comes after)",
+            field="overload.queueTimeoutMicroseconds",
+            check=lambda s: (s.overload.queue_timeout_microseconds or 0)
+            < s.slo.p99_latency_milliseconds * 1000.0,
         ),
     )
 
@@ -677,6 +819,11 @@ class Metrics(StatusModel):
     )
     queue_milliseconds: float | None = Field(
         default=None, description="Mean time a request waited in Triton's queue."
+    )
+    rejected_per_second: float | None = Field(
+        default=None,
+        description="Requests Triton refused per second (queue timeout or full queue, "
+        "spec.overload), all replicas.",
     )
 
 

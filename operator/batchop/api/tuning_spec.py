@@ -13,7 +13,10 @@ from batchop.tuning.types import TuningSpec
 def tuning_spec(
     bm: BatchedModel, prior_batch_latency_ms: tuple[tuple[int, float], ...] = ()
 ) -> TuningSpec:
-    """TuningSpec from the spec. A CPU model (gpus 0) counts as one unit per replica."""
+    """TuningSpec from the spec. A CPU model (gpus 0) counts as one unit per replica.
+
+    The prior is `prior_batch_latency_ms` if given, else spec.model.latencyProfile.
+    """
     spec = bm.spec
     return TuningSpec(
         slo_ms=float(spec.slo.p99_latency_milliseconds),
@@ -30,5 +33,8 @@ def tuning_spec(
         interval_s=float(spec.autotune.interval_seconds),
         scale_down_window_s=float(spec.autotune.scale_down_stabilization_seconds),
         gpus_per_replica=max(1, spec.server.gpus),
-        prior_batch_latency_ms=prior_batch_latency_ms,
+        prior_batch_latency_ms=prior_batch_latency_ms or spec.model.profile_points(),
+        overload_reject=spec.overload.policy == "Reject",
+        queue_timeout_us=spec.overload.queue_timeout_microseconds or None,
+        max_queue_size=spec.overload.max_queue_size,
     )

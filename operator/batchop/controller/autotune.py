@@ -58,6 +58,16 @@ def tuning_spec(bm: Mapping[str, Any]) -> TuningSpec:
             _spec(bm, "autotune", "scaleDownStabilizationSeconds", default=300)
         ),
         gpus_per_replica=int(_spec(bm, "server", "gpus", default=1)),
+        prior_batch_latency_ms=tuple(
+            sorted(
+                (int(p["batchSize"]), float(p["milliseconds"]))
+                for p in _spec(bm, "model", "latencyProfile", default=()) or ()
+            )
+        ),
+        overload_reject=_spec(bm, "overload", "policy", default="Reject") == "Reject",
+        queue_timeout_us=int(_spec(bm, "overload", "queueTimeoutMicroseconds", default=0))
+        or None,
+        max_queue_size=int(_spec(bm, "overload", "maxQueueSize", default=0)),
     )
 
 

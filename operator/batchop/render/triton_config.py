@@ -1,7 +1,8 @@
 """The Triton model configuration batchop sends on a live reload (explicit model control).
 
-Only `dynamic_batching` is batchop's to change; the live-reload adapter fetches the running
-config and replaces that section with `dynamic_batching(bm, delay_us)`.
+Only `dynamic_batching` is batchop's to change: the queue delay and the queue policy
+(spec.overload, see batchop.tuning.overload); the live-reload adapter fetches the running
+config and sets those fields in it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from batchop.api.models import BatchedModel
+from batchop.api.tuning_spec import tuning_spec
+from batchop.tuning.overload import queue_policy
 
 
 def dynamic_batching(bm: BatchedModel, delay_us: int) -> dict[str, Any]:
@@ -18,6 +21,7 @@ def dynamic_batching(bm: BatchedModel, delay_us: int) -> dict[str, Any]:
     section: dict[str, Any] = {"max_queue_delay_microseconds": delay_us}
     if bm.spec.model.preferred_batch_sizes:
         section["preferred_batch_size"] = sorted(bm.spec.model.preferred_batch_sizes)
+    section["default_queue_policy"] = queue_policy(tuning_spec(bm)).triton()
     return section
 
 

@@ -34,6 +34,13 @@ class TuningSpec:
     # Scale-down stabilisation window: replicas fall only to the highest count recommended
     # this long (spec.autotune.scaleDownStabilizationSeconds; the HPA's default).
     scale_down_window_s: float = 300.0
+    # Overload guard (spec.overload): refuse requests that waited past the queue timeout
+    # (None: derived, see tuning.overload) or arrive to a full queue (0: unbounded).
+    # False here (Triton's default, no refusals) for callers that build a spec by hand; the
+    # API's default is Reject.
+    overload_reject: bool = False
+    queue_timeout_us: int | None = None
+    max_queue_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,8 @@ class Observation:
     age_s: float = 0.0  # how old the newest sample is
     # Replicas the cluster could still schedule beyond the current count (None: unknown).
     schedulable_headroom: int | None = None
+    # Requests Triton refused (queue timeout or full queue) per second, summed over pods.
+    rejected_rps: float | None = None
 
     @property
     def starting_replicas(self) -> int:
