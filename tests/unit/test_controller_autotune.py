@@ -20,6 +20,7 @@ from batchop.controller.autotune import (
 from batchop.controller.handlers import slim_model
 from batchop.controller.tuning_loop import TuningLoop
 from batchop.observe.prometheus import ObservationParts, PrometheusUnavailable
+from batchop.tuning.overload import QUEUE, QueuePolicy
 from batchop.tuning.types import Decision, Observation, TuningState
 
 NOW_S = 1_800_000_000.0
@@ -53,6 +54,21 @@ def test_tuning_spec_follows_the_batchedmodel() -> None:
     assert spec.scale_down_window_s == 300  # the API's default when the field is absent
     s["autotune"]["scaleDownStabilizationSeconds"] = 45
     assert tuning_spec(w.cluster.model).scale_down_window_s == 45
+
+
+def test_tuning_spec_maps_the_latency_profile_and_the_overload_guard() -> None:
+    bm = World().bm
+    assert tuning_spec(bm).overload_reject  # the API's default: Reject, timeout derived
+    assert tuning_spec(bm).queue_timeout_us is None
+    bm["spec"]["model"]["latencyProfile"] = [
+        {"batchSize": 8, "milliseconds": 6}, {"batchSize": 1, "milliseconds": 4.0}]
+    bm["spec"]["overload"] = {"policy": "Reject", "queueTimeoutMicroseconds": 30_000,
+                              "maxQueueSize": 12}
+    spec = tuning_spec(bm)
+    assert spec.prior_batch_latency_ms == ((1, 4.0), (8, 6.0))
+    assert (spec.queue_timeout_us, spec.max_queue_size) == (30_000, 12)
+    bm["spec"]["overload"] = {"policy": "Queue"}
+    assert not tuning_spec(bm).overload_reject
 
 
 def test_desired_delay_is_the_recorded_decision_within_bounds() -> None:
@@ -118,6 +134,7 @@ class Harness:
         self.w.pods = [ready_pod("cpu-demo-a", "127.10.0.2")]
         self.observer = FakeObserver({("ml", "cpu-demo"): parts} if parts else {})
         self.reloads: list[tuple[str, str, int]] = []
+        self.policies: list[QueuePolicy] = []
         self.fail_reload = False
         self.now = NOW_S
         self.loop = TuningLoop(
@@ -131,10 +148,11 @@ class Harness:
             clock=lambda: self.now,
         )
 
-    def reload(self, url: str, model: str, delay: int) -> None:
+    def reload(self, url: str, model: str, delay: int, policy: QueuePolicy) -> None:
         if self.fail_reload:
             raise ConnectionRefusedError(f"{url} refused")
         self.reloads.append((url, model, delay))
+        self.policies.append(policy)
 
     def conditions(self) -> dict[str, dict[str, Any]]:
         return self.w.conditions()
@@ -143,7 +161,7 @@ class Harness:
 def busy(p99_ms: float, rps: float = 400.0) -> ObservationParts:
     return ObservationParts(
         rps=rps, avg_batch=4.0, queue_ms=1.0, compute_ms=6.0, p99_ms=p99_ms, pending=0.0,
-        age_s=5.0, scraped_pods=1,
+        rejected_rps=2.5, age_s=5.0, scraped_pods=1,
     )  # fmt: skip
 
 
@@ -152,6 +170,7 @@ def test_a_tick_records_metrics_and_conditions_and_brings_pods_to_the_delay() ->
     h.loop.tick()
     status = h.w.cluster.model["status"]
     assert status["metrics"]["requestsPerSecond"] == 400.0
+    assert status["metrics"]["rejectedPerSecond"] == 2.5
     assert h.conditions()["MetricsAvailable"]["status"] == "True"
     assert h.conditions()["SLOMet"]["status"] == "True"
     # The operator's own conditions survive the tuner's write.
@@ -178,6 +197,36 @@ def test_a_recorded_decision_is_what_the_deployment_and_pods_get() -> None:
     h.now += 3600
     h.loop.tick()
     assert len(h.reloads) == 1
+
+
+def test_a_changed_overload_spec_reloads_pods_without_touching_the_template() -> None:
+    h = Harness(busy(p99_ms=12.0), decide=hold)
+    h.loop.tick()
+    first = h.policies[-1]
+    assert first.reject and first.timeout_us > 0  # the default guard is applied
+    annotations = h.w.pods[0]["metadata"]["annotations"]
+    assert annotations["batchop.io/queue-policy"] == first.annotation()
+    template = copy.deepcopy(h.w.deployment()["spec"]["template"])
+    h.w.cluster.model["spec"]["overload"] = {"policy": "Queue"}
+    h.now += 1
+    h.loop.tick()  # level-triggered on the policy too: the pod is reloaded, delay kept
+    assert h.policies[-1] == QUEUE and len(h.reloads) == 2
+    assert h.reloads[-1][2] == h.reloads[0][2]
+    assert annotations["batchop.io/queue-policy"] == "Queue"
+    h.now += 1
+    h.loop.tick()
+    assert len(h.reloads) == 2  # converged: nothing more to do
+    assert h.w.deployment()["spec"]["template"] == template
+
+
+def test_pods_to_reload_compares_the_queue_policy_when_given() -> None:
+    guard = QueuePolicy(True, 25_000, 0)
+    pod = ready_pod("a", "127.10.0.2", delay=500)
+    assert pods_to_reload([pod], 500) == []  # the delay alone matches
+    assert pods_to_reload([pod], 500, guard) == [pod]  # never set: reload
+    pod["metadata"]["annotations"]["batchop.io/queue-policy"] = guard.annotation()
+    assert pods_to_reload([pod], 500, guard) == []
+    assert pods_to_reload([pod], 500, QUEUE) == [pod]
 
 
 def test_the_real_policy_runs_in_the_loop() -> None:

@@ -38,6 +38,8 @@ def test_one_query_per_metric_covering_all_models() -> None:
     assert "[30s]" in queries["rps"]
     assert "max by" in queries["p99_ms"] and 'quantile="0.99"' in queries["p99_ms"]
     assert "nv_inference_exec_count" in queries["avg_batch"]
+    # refusals by the queue policy: Triton 2.51's failure counter, reason REJECTED
+    assert 'nv_inference_request_failure{reason="REJECTED"}[30s]' in queries["rejected_rps"]
 
 
 def test_query_count_does_not_depend_on_models() -> None:
@@ -64,6 +66,7 @@ def test_assemble_lists_missing_parts_per_model() -> None:
         "compute_ms": {("ns", "a"): 6.0},
         "p99_ms": {("ns", "a"): 20.0, ("ns", "b"): None},
         "pending": {("ns", "a"): 0.0},
+        "rejected_rps": {("ns", "a"): 7.5},
         "age_s": {("ns", "a"): 2.0, ("ns", "b"): 3.0},
         "scraped_pods": {("ns", "a"): 2.0},
     }
@@ -71,6 +74,7 @@ def test_assemble_lists_missing_parts_per_model() -> None:
     assert parts[("ns", "a")].missing == ()
     assert parts[("ns", "a")].scraped_pods == 2
     assert parts[("ns", "a")].avg_batch == 4.0
+    assert parts[("ns", "a")].rejected_rps == 7.5
     b = parts[("ns", "b")]
     assert b.rps == 3.0
     assert set(b.missing) == {"avg_batch", "queue_ms", "compute_ms", "p99_ms", "pending"}
@@ -80,13 +84,14 @@ def test_assemble_lists_missing_parts_per_model() -> None:
 def test_build_observation_from_fresh_parts() -> None:
     parts = ObservationParts(
         rps=250.0, avg_batch=3.0, queue_ms=1.0, compute_ms=5.0, p99_ms=18.0, pending=2.0,
-        age_s=4.0, scraped_pods=2,
+        rejected_rps=1.5, age_s=4.0, scraped_pods=2,
     )
     obs = build_observation(
         parts, time_s=100.0, replicas=3, ready_replicas=2, delay_us=800, max_age_s=30.0,
         schedulable_headroom=1,
     )
     assert (obs.rps, obs.avg_batch, obs.p99_ms, obs.pending) == (250.0, 3.0, 18.0, 2.0)
+    assert obs.rejected_rps == 1.5
     assert (obs.replicas, obs.ready_replicas, obs.delay_us) == (3, 2, 800)
     assert obs.starting_replicas == 1 and obs.schedulable_headroom == 1
     assert obs.age_s == 4.0 and obs.complete

@@ -14,6 +14,7 @@ from batchop.act.triton_reload import (
     set_queue_delay_sync,
     with_queue_delay,
 )
+from batchop.tuning.overload import QUEUE, QueuePolicy, live_queue_policy
 
 LIVE = {
     "name": "synth",
@@ -62,3 +63,35 @@ def test_nothing_listening_is_unreachable(grpc_port: int | None) -> None:
 def test_grpc_url_is_on_the_same_host() -> None:
     assert grpc_url("127.10.1.5:8000") == "127.10.1.5:8001"
     assert grpc_url("127.10.1.5:8000", 9001) == "127.10.1.5:9001"
+
+
+def test_the_queue_policy_is_set_when_given_and_kept_when_not() -> None:
+    guard = QueuePolicy(reject=True, timeout_us=30_000, max_queue_size=16)
+    new = with_queue_delay(LIVE, 500, guard)
+    assert new["dynamic_batching"]["default_queue_policy"] == {
+        "timeout_action": "REJECT", "default_timeout_microseconds": 30_000,
+        "allow_timeout_override": False, "max_queue_size": 16,
+    }  # fmt: skip
+    assert live_queue_policy(new["dynamic_batching"]) == guard
+    kept = with_queue_delay(new, 900)  # a delay-only change leaves the policy alone
+    assert kept["dynamic_batching"]["default_queue_policy"] == (
+        new["dynamic_batching"]["default_queue_policy"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("live", "policy"),
+    [
+        # Triton 2.51's answer (protobuf JSON): defaults omitted, int64 as a string, and
+        # REJECT is the enum's zero value, so a Reject policy shows only its timeout
+        ({"default_timeout_microseconds": "30000"}, QueuePolicy(True, 30_000, 0)),
+        ({"default_timeout_microseconds": "30000", "max_queue_size": 8},
+         QueuePolicy(True, 30_000, 8)),
+        ({}, QUEUE),  # no timeout, unbounded: nothing is refused
+        ({"timeout_action": "DELAY"}, QUEUE),
+        ({"timeout_action": "DELAY", "default_timeout_microseconds": "5"}, QUEUE),
+    ],
+)  # fmt: skip
+def test_live_queue_policy_reads_tritons_config(live: dict, policy: QueuePolicy) -> None:
+    assert live_queue_policy({"default_queue_policy": live}) == policy
+    assert live_queue_policy({"default_queue_policy": policy.triton()}) == policy

@@ -2,7 +2,8 @@
 
 Triton (explicit model control) reloads a model with a config override (repository `load`
 with parameter `config`). We fetch the live config, change only
-`dynamic_batching.max_queue_delay_microseconds`, load it, and read it back: the reload is
+`dynamic_batching.max_queue_delay_microseconds` and (when given) the queue policy
+`dynamic_batching.default_queue_policy` (spec.overload), load it, and read it back: the reload is
 hitless (in-flight and queued requests complete; counters are kept). If Triton rejects the
 config, the old model keeps serving and we raise ConfigRejected with Triton's reason.
 
@@ -24,6 +25,8 @@ import json
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from batchop.tuning.overload import QueuePolicy, live_queue_policy
 
 DELAY_FIELD = "max_queue_delay_microseconds"
 GRPC_PORT = 8001  # Triton's default; batchop pods expose it as port "grpc"
@@ -56,6 +59,7 @@ class ReloadResult:
     changed: bool  # False: the live config already had this delay, nothing was reloaded
     seconds: float
     via: str = "grpc"  # the protocol the control calls used: "grpc" or "http"
+    queue_policy: QueuePolicy | None = None  # the live queue policy afterwards
 
 
 def live_delay(config: dict[str, Any]) -> int:
@@ -69,13 +73,18 @@ def live_delay(config: dict[str, Any]) -> int:
     return int(batching.get(DELAY_FIELD, 0))
 
 
-def with_queue_delay(config: dict[str, Any], delay_us: int) -> dict[str, Any]:
-    """A copy of `config` with only dynamic_batching.max_queue_delay_microseconds changed."""
+def with_queue_delay(
+    config: dict[str, Any], delay_us: int, queue_policy: QueuePolicy | None = None
+) -> dict[str, Any]:
+    """A copy of `config` with only dynamic_batching.max_queue_delay_microseconds changed,
+    and its default_queue_policy when `queue_policy` is given."""
     if isinstance(delay_us, bool) or not isinstance(delay_us, int) or delay_us < 0:
         raise ValueError(f"delay_us must be a non-negative integer, got {delay_us!r}")
     live_delay(config)  # validates dynamic_batching is there
     new = copy.deepcopy(config)
     new["dynamic_batching"][DELAY_FIELD] = delay_us
+    if queue_policy is not None:
+        new["dynamic_batching"]["default_queue_policy"] = queue_policy.triton()
     return new
 
 
@@ -179,53 +188,66 @@ async def apply_config(
 
 
 async def _set_via(
-    url: str, model: str, delay_us: int, timeout: float, via: str
+    url: str, model: str, delay_us: int, timeout: float, via: str,
+    queue_policy: QueuePolicy | None,
 ) -> ReloadResult:
     t0 = time.monotonic()
     config = await get_model_config(url, model, timeout, via)
     try:
         before = live_delay(config)
-        desired = with_queue_delay(config, delay_us)
+        desired = with_queue_delay(config, delay_us, queue_policy)
     except ValueError as exc:
         raise ConfigRejected(url, model, str(exc)) from exc
-    if before == delay_us:
-        return ReloadResult(url, model, before, before, False, time.monotonic() - t0, via)
-    after = live_delay(await apply_config(url, model, desired, timeout, via))
+    policy = live_queue_policy(config["dynamic_batching"])
+    if before == delay_us and queue_policy in (None, policy):
+        return ReloadResult(url, model, before, before, False, time.monotonic() - t0, via, policy)
+    live = await apply_config(url, model, desired, timeout, via)
+    after = live_delay(live)
     if after != delay_us:
         raise ReloadError(
             url, model, f"Triton accepted the reload but its live config shows {after} us, "
             f"not {delay_us} us"
         )
-    return ReloadResult(url, model, before, after, True, time.monotonic() - t0, via)
+    policy = live_queue_policy(live["dynamic_batching"])
+    if queue_policy is not None and policy != queue_policy:
+        raise ReloadError(
+            url, model, f"Triton accepted the reload but its live queue policy is "
+            f"{policy.annotation()}, not {queue_policy.annotation()}"
+        )
+    return ReloadResult(url, model, before, after, True, time.monotonic() - t0, via, policy)
 
 
 async def set_queue_delay(
     url: str, model: str, delay_us: int, timeout: float = 30.0,
-    grpc_port: int | None = GRPC_PORT,
+    grpc_port: int | None = GRPC_PORT, queue_policy: QueuePolicy | None = None,
 ) -> ReloadResult:
-    """Make `model` at `url` (Triton's HTTP host:port) run with `delay_us`, verified live.
+    """Make `model` at `url` (Triton's HTTP host:port) run with `delay_us` (and
+    `queue_policy`, when given; None leaves the live one alone), verified live.
 
     Control calls go to the same host's `grpc_port` (None: HTTP only); if gRPC cannot be
-    reached they go over HTTP. Idempotent: if the live delay already matches, nothing is
-    reloaded (changed=False). Raises ServerUnreachable (retry later) or ConfigRejected (the
-    old config is still serving). `url` in the result and errors is the one given.
+    reached they go over HTTP. Idempotent: if the live delay and policy already match,
+    nothing is reloaded (changed=False). Raises ServerUnreachable (retry later) or
+    ConfigRejected (the old config is still serving). `url` in the result and errors is the
+    one given.
     """
     if grpc_port is not None:
         try:
-            result = await _set_via(grpc_url(url, grpc_port), model, delay_us, timeout, "grpc")
+            result = await _set_via(
+                grpc_url(url, grpc_port), model, delay_us, timeout, "grpc", queue_policy
+            )
         except ServerUnreachable:
             pass  # gRPC disabled or not exposed: HTTP still works, at the cost above
         except ReloadError as exc:
             raise type(exc)(url, model, exc.reason) from exc
         else:
             return ReloadResult(url, model, result.previous_delay_us, result.delay_us,
-                                result.changed, result.seconds, "grpc")
-    return await _set_via(url, model, delay_us, timeout, "http")
+                                result.changed, result.seconds, "grpc", result.queue_policy)
+    return await _set_via(url, model, delay_us, timeout, "http", queue_policy)
 
 
 def set_queue_delay_sync(
     url: str, model: str, delay_us: int, timeout: float = 30.0,
-    grpc_port: int | None = GRPC_PORT,
+    grpc_port: int | None = GRPC_PORT, queue_policy: QueuePolicy | None = None,
 ) -> ReloadResult:
     """Blocking wrapper of set_queue_delay for scripts and tests (not inside an event loop)."""
-    return asyncio.run(set_queue_delay(url, model, delay_us, timeout, grpc_port))
+    return asyncio.run(set_queue_delay(url, model, delay_us, timeout, grpc_port, queue_policy))

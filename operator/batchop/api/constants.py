@@ -31,6 +31,8 @@ COMPONENT = "inference-server"
 # The queue delay (microseconds) a pod's Triton currently runs; set per pod by the operator
 # after a live reload. Never on the pod template: a delay change must not roll pods.
 ANNOTATION_DELAY = f"{GROUP}/max-queue-delay-us"
+# Likewise the queue policy (spec.overload) it runs, as QueuePolicy.annotation() writes it.
+ANNOTATION_QUEUE_POLICY = f"{GROUP}/queue-policy"
 
 # The Prometheus label that carries the BatchedModel name after relabeling (PodMonitor here,
 # kubernetes_sd relabeling in the local stack): queries group `by (namespace, batchedmodel)`.

@@ -3,9 +3,9 @@ reload, and the status the tuner writes. No I/O; `tuning_loop.py` is the shell.
 
 Durable intent: a decision is recorded in `status.lastDecision` (replicas and delay) before
 anything acts on it. The Deployment is rendered from it (reconcile.tuned_replicas) and each
-ready pod is reloaded until its annotation `batchop.io/max-queue-delay-us` matches it, so an
-operator killed between deciding and acting finishes the same action after a restart, and
-never acts twice.
+ready pod is reloaded until its annotation `batchop.io/max-queue-delay-us` matches it (and
+`batchop.io/queue-policy` matches spec.overload), so an operator killed between deciding and
+acting finishes the same action after a restart, and never acts twice.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from batchop.api.constants import ANNOTATION_DELAY, PORT_HTTP
+from batchop.api.constants import ANNOTATION_DELAY, ANNOTATION_QUEUE_POLICY, PORT_HTTP
 from batchop.controller.status import Condition, format_time, merge_conditions
+from batchop.tuning.overload import QueuePolicy, queue_policy
 from batchop.tuning.types import Decision, Observation, TuningSpec
 
 TUNER_CONDITIONS = ("SLOMet", "MetricsAvailable")
@@ -84,6 +85,11 @@ def desired_delay(bm: Mapping[str, Any]) -> int:
     return max(low, min(high, decided))
 
 
+def desired_queue_policy(bm: Mapping[str, Any]) -> QueuePolicy:
+    """The queue policy every ready pod should run (spec.overload, defaults derived)."""
+    return queue_policy(tuning_spec(bm))
+
+
 def pod_ready(pod: Mapping[str, Any]) -> bool:
     if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
@@ -105,13 +111,27 @@ def pod_delay(pod: Mapping[str, Any]) -> int | None:
         return None
 
 
+def pod_queue_policy(pod: Mapping[str, Any]) -> str | None:
+    """The queue policy the pod's Triton was last set to (its annotation), None if never."""
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_QUEUE_POLICY)
+
+
 def triton_url(pod: Mapping[str, Any]) -> str:
     return f"{pod['status']['podIP']}:{PORT_HTTP}"
 
 
-def pods_to_reload(pods: Sequence[Mapping[str, Any]], delay_us: int) -> list[Mapping[str, Any]]:
-    """Ready pods whose recorded delay differs from `delay_us` (new pods included)."""
-    return [p for p in pods if pod_ready(p) and pod_delay(p) != delay_us]
+def pods_to_reload(
+    pods: Sequence[Mapping[str, Any]], delay_us: int, policy: QueuePolicy | None = None
+) -> list[Mapping[str, Any]]:
+    """Ready pods whose recorded delay differs from `delay_us`, or whose recorded queue
+    policy differs from `policy` when one is given (new pods included)."""
+    want = None if policy is None else policy.annotation()
+    return [
+        p
+        for p in pods
+        if pod_ready(p)
+        and (pod_delay(p) != delay_us or (want is not None and pod_queue_policy(p) != want))
+    ]
 
 
 def applied_delay(pods: Sequence[Mapping[str, Any]]) -> int | None:
@@ -173,6 +193,7 @@ def tuner_status(
             "p99LatencyMilliseconds": _round(obs.p99_ms),
             "averageBatchSize": _round(obs.avg_batch),
             "queueMilliseconds": _round(obs.queue_ms, 3),
+            "rejectedPerSecond": _round(obs.rejected_rps),
         },
         "conditions": merge_conditions(
             ((bm.get("status") or {}).get("conditions") or []),

@@ -25,7 +25,13 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from batchop.api.constants import ANNOTATION_DELAY, LABEL_MODEL, PLURAL, VERSION
+from batchop.api.constants import (
+    ANNOTATION_DELAY,
+    ANNOTATION_QUEUE_POLICY,
+    LABEL_MODEL,
+    PLURAL,
+    VERSION,
+)
 from batchop.api.constants import GROUP as API_GROUP
 from batchop.controller.reconcile import (
     absent_kinds,
@@ -123,7 +129,9 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {
             **{k: meta.get(k) for k in ("name", "namespace", "deletionTimestamp")},
             "annotations": {
-                k: v for k, v in (meta.get("annotations") or {}).items() if k == ANNOTATION_DELAY
+                k: v
+                for k, v in (meta.get("annotations") or {}).items()
+                if k in (ANNOTATION_DELAY, ANNOTATION_QUEUE_POLICY)
             },
         },
         "spec": {

@@ -10,8 +10,9 @@ the pure policy (`tuning.decide`) per model, then acts:
 2. Replicas: the BatchedModel is reconciled again; the Deployment is rendered from the
    recorded decision (reconcile.tuned_replicas).
 3. Delay: level-triggered per pod, every tick: each ready pod whose annotation
-   `batchop.io/max-queue-delay-us` differs from the recorded delay is reloaded live
-   (act.triton_reload) and then annotated. New pods are brought to the value when ready.
+   `batchop.io/max-queue-delay-us` differs from the recorded delay, or whose
+   `batchop.io/queue-policy` differs from spec.overload's queue policy, is reloaded live
+   (act.triton_reload) and then annotated. New pods are brought to the values when ready.
    An unreachable pod is retried with exponential backoff; the others go on.
 
 Killed between 1 and 2/3, the next operator finds the decision in status and finishes it.
@@ -29,10 +30,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from batchop.api.constants import ANNOTATION_DELAY
+from batchop.api.constants import ANNOTATION_DELAY, ANNOTATION_QUEUE_POLICY
 from batchop.controller.autotune import (
     applied_delay,
     desired_delay,
+    desired_queue_policy,
     pods_to_reload,
     triton_url,
     tuner_status,
@@ -40,6 +42,7 @@ from batchop.controller.autotune import (
     tuning_spec,
 )
 from batchop.controller.handlers import Handlers
+from batchop.tuning.overload import QueuePolicy
 from batchop.tuning.types import TuningState
 
 log = logging.getLogger("batchop.tuning")
@@ -66,7 +69,7 @@ class TuningLoop:
         prometheus_url: str,
         *,
         observer_factory: Callable[[str], Any] | None = None,
-        reload: Callable[[str, str, int], Any] | None = None,
+        reload: Callable[[str, str, int, QueuePolicy], Any] | None = None,
         decide: Callable[..., Any] | None = None,
         clock: Callable[[], float] = time.time,
         poll_s: float = 5.0,
@@ -245,20 +248,26 @@ class TuningLoop:
             self.handlers.reconcile(self.written[key])
 
     def _converge_delay(self, bm: Mapping[str, Any], now: float) -> None:
-        """Reload every ready pod that does not run the recorded delay yet."""
+        """Reload every ready pod that does not run the recorded delay and the spec's
+        queue policy yet."""
         key = _key(bm)
         delay = desired_delay(bm)
+        policy = desired_queue_policy(bm)
         model = str(((bm.get("spec") or {}).get("model") or {}).get("name"))
         _, pods = self.handlers.lookup(*key)
-        lagging = [str(p["metadata"]["name"]) for p in pods_to_reload(pods, delay)]
+        lagging = [str(p["metadata"]["name"]) for p in pods_to_reload(pods, delay, policy)]
         by_name = {str(p["metadata"]["name"]): p for p in pods}
         for name in lagging:
             retry = self.retries.get((key, name))
             if retry is not None and now < retry.next_try_s:
                 continue
             try:
-                self.reload(triton_url(by_name[name]), model, delay)
-                self.cluster.annotate_pod(key[0], name, {ANNOTATION_DELAY: str(delay)})
+                self.reload(triton_url(by_name[name]), model, delay, policy)
+                self.cluster.annotate_pod(
+                    key[0],
+                    name,
+                    {ANNOTATION_DELAY: str(delay), ANNOTATION_QUEUE_POLICY: policy.annotation()},
+                )
             except Exception as exc:
                 failures = 1 if retry is None else retry.failures + 1
                 wait = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1]
@@ -266,7 +275,8 @@ class TuningLoop:
                 if failures == 1:
                     self.handlers.post(
                         bm, "Warning", "ReloadFailed",
-                        f"pod {name}: delay {delay} us not applied ({exc}); retrying",
+                        f"pod {name}: delay {delay} us not applied (queue policy "
+                        f"{policy.annotation()}): {exc}; retrying",
                     )  # fmt: skip
                 _record_error(bm, "reload")
                 continue
@@ -298,10 +308,10 @@ def _decide(obs: Any, spec: Any, state: TuningState) -> Any:
     return decide(obs, spec, state)
 
 
-def _reload(url: str, model: str, delay_us: int) -> Any:
+def _reload(url: str, model: str, delay_us: int, policy: QueuePolicy) -> Any:
     from batchop.act.triton_reload import set_queue_delay
 
-    return asyncio.run(set_queue_delay(url, model, delay_us))
+    return asyncio.run(set_queue_delay(url, model, delay_us, queue_policy=policy))
 
 
 def _timed_tick() -> Any:

@@ -51,6 +51,9 @@ def build_queries(window: str = "1m") -> dict[str, str]:
             f'max by ({GROUP}) (nv_inference_request_summary_us{{quantile="0.99"}}) / 1000'
         ),
         "pending": f"sum by ({GROUP}) (nv_inference_pending_request_count)",
+        # Requests the queue policy refused (spec.overload): Triton 2.51 counts them in
+        # its failure counter under reason="REJECTED".
+        "rejected_rps": rate('nv_inference_request_failure{reason="REJECTED"}'),
         # Age of the freshest sample per BatchedModel: stale data must not drive scaling.
         "age_s": f"min by ({GROUP}) (time() - timestamp(nv_inference_request_success))",
         "scraped_pods": f'count by ({GROUP}) (up{{{BM_LABEL}!=""}} == 1)',
@@ -86,6 +89,7 @@ class ObservationParts:
     compute_ms: float | None = None
     p99_ms: float | None = None
     pending: float | None = None
+    rejected_rps: float | None = None
     age_s: float | None = None
     scraped_pods: int = 0
     missing: tuple[str, ...] = field(default_factory=tuple)
@@ -112,6 +116,7 @@ def assemble(per_metric: dict[str, dict[Key, float | None]]) -> dict[Key, Observ
         pods = per_metric.get("scraped_pods", {}).get(key)
         out[key] = ObservationParts(
             **values,
+            rejected_rps=per_metric.get("rejected_rps", {}).get(key),
             age_s=per_metric.get("age_s", {}).get(key),
             scraped_pods=int(pods or 0),
             missing=missing,
@@ -157,6 +162,7 @@ def build_observation(
         compute_ms=parts.compute_ms,
         p99_ms=parts.p99_ms,
         pending=parts.pending,
+        rejected_rps=parts.rejected_rps,
         age_s=age,
     )
 
