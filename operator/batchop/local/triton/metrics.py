@@ -55,3 +55,19 @@ def scrape(metrics_url: str, model: str, timeout: float = 5.0) -> TritonCounters
             if name in values and sample.labels.get("model") == model:
                 values[name] += sample.value
     return TritonCounters(values)
+
+
+def failures_by_reason(metrics_url: str, model: str, timeout: float = 5.0) -> dict[str, float]:
+    """`nv_inference_request_failure` of `model` per `reason` label (Triton 2.51: REJECTED,
+    CANCELED, BACKEND, OTHER), summed over versions."""
+    with urllib.request.urlopen(metrics_url, timeout=timeout) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.removesuffix("_total") != "nv_inference_request_failure":
+                continue
+            if sample.labels.get("model") == model:
+                reason = sample.labels.get("reason", "")
+                out[reason] = out.get(reason, 0.0) + sample.value
+    return out
