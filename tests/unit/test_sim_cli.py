@@ -158,3 +158,48 @@ def test_bench_writes_a_table_with_ratios(inputs: tuple[Path, Path], tmp_path: P
     hpa = next(r for r in rows if r["policy"] == "hpa")
     assert hpa["x_hpa"] == pytest.approx(1.0)
     assert "| tiny | steps" in (out / "bench.md").read_text()
+
+
+def _simulate(inputs: tuple[Path, Path], out: Path, *extra: str) -> int:
+    profile, trace = inputs
+    return main(["simulate", "--profile", str(profile), "--trace", str(trace), "--slo-ms", "20",
+                 "--policy", "static", "--replicas", "1", "--max-delay-us", "2000", "--json",
+                 str(out), "--quiet", *extra])  # fmt: skip
+
+
+def test_simulate_rejects_by_default_and_queues_when_asked(
+    inputs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # one replica of `tiny` serves 1,600 req/s: the 900 req/s step fits, so overload it
+    heavy = tmp_path / "heavy.csv"
+    heavy.write_text("second,rps\n0,200\n20,3200\n40,200\n60,0\n")
+    inputs = (inputs[0], heavy)
+    assert _simulate(inputs, tmp_path / "r.json") == 0
+    guarded = json.loads((tmp_path / "r.json").read_text())
+    assert guarded["rejected"] > 0
+    # the API's default timeout: SLO 20 ms minus a full batch (5 ms) = 15 ms, then compute
+    assert guarded["served_p99_ms"] <= 15 + 5 + 1e-6
+    assert sum(row["rejected"] for row in guarded["timeline"]) == guarded["rejected"]
+    assert _simulate(inputs, tmp_path / "q.json", "--overload", "queue") == 0
+    queued = json.loads((tmp_path / "q.json").read_text())
+    assert queued["rejected"] == 0 and queued["served_p99_ms"] > 1000
+    assert _simulate(inputs, tmp_path / "t.json", "--queue-timeout-us", "5000") == 0
+    tight = json.loads((tmp_path / "t.json").read_text())
+    assert tight["rejected"] > guarded["rejected"] and tight["served_p99_ms"] <= 5 + 5 + 1e-6
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--overload", "queue", "--max-queue-size", "4"], "only with --overload reject"),
+        (["--queue-timeout-us", "2000"], "must exceed --max-delay-us"),
+        (["--queue-timeout-us", "20000"], "below the SLO"),
+        (["--max-queue-size", "-1"], "must be >= 0"),
+    ],
+)
+def test_simulate_refuses_overload_flags_the_api_would_refuse(
+    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    flags: list[str], says: str,
+) -> None:
+    assert _simulate(inputs, tmp_path / "x.json", *flags) == 2
+    assert says in capsys.readouterr().err

@@ -216,3 +216,53 @@ def test_requests_with_no_ready_pod_are_dropped() -> None:
     res = summarize(sim, 50)
     after = np.count_nonzero(sim.store.arrival[: sim.store.n] >= 30.0)
     assert res["dropped"] == after > 0
+
+
+def guarded_run(trace: Trace, timeout_us: int | None = 20_000, max_queue_size: int = 0,
+                **config: object):
+    """One replica that never scales, under Triton's queue policy (Reject)."""
+    spec = TuningSpec(slo_ms=40.0, max_batch_size=16, start_delay_us=1000, max_delay_us=5000,
+                      overload_reject=True, queue_timeout_us=timeout_us,
+                      max_queue_size=max_queue_size, prior_batch_latency_ms=((1, 4.0), (16, 11.5)))
+    policy = SimPolicy("static", static_policy(1000, 1))
+    sim = simulate(LINEAR, trace, spec, policy, SimConfig(**config))
+    return sim, summarize(sim, spec.slo_ms)
+
+
+def test_reject_keeps_served_latency_bounded_and_counts_refusals() -> None:
+    # 2x one replica's capacity for 60 s, then two quiet minutes
+    trace = Trace((0.0, 60.0, 180.0), (2 * LINEAR.capacity_rps(), 100.0, 0.0), "burst")
+    sim, res = guarded_run(trace, seed=30)
+    n = sim.store.n
+    refused = np.isfinite(sim.store.rejected[:n])
+    assert res["rejected"] == int(refused.sum()) > 0.3 * n
+    assert res["dropped"] == 0  # refused requests are answered, not dropped
+    # served: the timeout (20 ms) plus a full batch (11.5 ms) at most
+    assert res["served_p99_ms"] <= 20.0 + 11.5 + 1e-6
+    lat = latencies(sim)
+    assert res["slo_attainment"] == pytest.approx(np.count_nonzero(lat <= 0.040) / n)
+    assert res["slo_attainment"] < 1 - res["rejected"] / n + 1e-9  # refusals count against
+    assert sum(row["rejected"] for row in res["timeline"]) == res["rejected"]
+    assert all(row["rejected"] == 0 for row in res["timeline"] if row["t"] >= 61)
+    # the controller sees the refusals at the rate Triton's failure counter would show
+    seen = [o.rejected_rps for o in sim.observations if 30 <= o.time_s <= 60]
+    truth = res["rejected"] / 60.0
+    assert seen and all(r == pytest.approx(truth, rel=0.15) for r in seen)
+    quiet = [o.rejected_rps for o in sim.observations if o.time_s >= 150]
+    assert quiet and all(r == 0 for r in quiet)
+
+
+def test_queue_policy_waits_seconds_where_reject_refuses() -> None:
+    trace = constant_trace(2 * LINEAR.capacity_rps(), 30)
+    _, rejected = guarded_run(trace, seed=31)
+    spec = TuningSpec(slo_ms=40.0, max_batch_size=16, start_delay_us=1000)  # Queue
+    queued = summarize(simulate(LINEAR, trace, spec, SimPolicy("static", static_policy(1000, 1)),
+                                SimConfig(seed=31)), 40.0)
+    assert queued["rejected"] == 0 and queued["served_p99_ms"] > 5000
+    assert rejected["served_p99_ms"] < 40
+
+
+def test_closed_loop_clients_get_their_refusals_back_and_send_again() -> None:
+    sim, res = guarded_run(constant_trace(5000, 20), max_queue_size=4, clients=200, seed=32)
+    assert res["rejected"] > 0 and res["dropped"] == 0
+    assert res["requests"] > 10 * 200  # no client waits forever on a refused request

@@ -30,6 +30,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-delay-us", type=int, default=20_000)
     p.add_argument("--interval", type=float, default=30.0, help="controller interval (s)")
     p.add_argument("--instances", type=int, default=1, help="model instances per replica")
+    p.add_argument(
+        "--overload",
+        choices=("reject", "queue"),
+        default="reject",
+        help="Triton's queue policy (spec.overload.policy): reject refuses requests past the "
+        "queue timeout or beyond the queue size; queue never refuses (default: reject, as "
+        "the API)",
+    )
+    p.add_argument(
+        "--queue-timeout-us",
+        type=int,
+        default=None,
+        help="queue timeout with --overload reject (default: derived as the API does, the "
+        "SLO minus the profile's full-batch time, at least --max-delay-us + 1 ms)",
+    )
+    p.add_argument(
+        "--max-queue-size",
+        type=int,
+        default=0,
+        help="most requests waiting per replica with --overload reject (0: unbounded)",
+    )
     p.add_argument("--clients", type=int, default=None, help="closed loop with N clients")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", required=True, help="write the result here ('-' for stdout)")
@@ -53,6 +74,9 @@ def build_spec(args: argparse.Namespace, profile: Any) -> Any:
         interval_s=args.interval,
         gpus_per_replica=profile.gpus_per_replica,
         prior_batch_latency_ms=profile.batch_latency_ms,
+        overload_reject=args.overload == "reject",
+        queue_timeout_us=args.queue_timeout_us or None,
+        max_queue_size=args.max_queue_size,
     )
 
 
@@ -72,6 +96,23 @@ def check_args(args: argparse.Namespace) -> str | None:
         return "--clients must be >= 1"
     if args.interval <= 0:
         return "--interval must be > 0"
+    return _check_overload(args)
+
+
+def _check_overload(args: argparse.Namespace) -> str | None:
+    """The API's spec.overload rules, for the flags."""
+    timeout = args.queue_timeout_us
+    if args.max_queue_size < 0 or (timeout is not None and timeout < 0):
+        return "--max-queue-size and --queue-timeout-us must be >= 0"
+    if args.overload == "queue" and (args.max_queue_size or timeout):
+        return "--max-queue-size and --queue-timeout-us apply only with --overload reject"
+    if timeout and timeout <= args.max_delay_us:
+        return (
+            "--queue-timeout-us must exceed --max-delay-us (a request that waited out the "
+            "delay would be refused)"
+        )
+    if timeout and timeout >= args.slo_ms * 1000.0:
+        return "--queue-timeout-us must be below the SLO (--slo-ms)"
     return None
 
 
@@ -128,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
             "gpu_busy_seconds",
             "avg_batch_size",
             "dropped",
+            "rejected",
+            "served_p99_ms",
         )
         print("  ".join(f"{k}={_short(result[k])}" for k in keys), file=sys.stderr)
     return 0

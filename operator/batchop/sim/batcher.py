@@ -9,6 +9,14 @@ size). While every instance is busy, requests pile up, so the next batch takes w
 meanwhile: with a delay of 0 a loaded server still batches. Without the dynamic batcher
 (Triton's default scheduler) every execution holds one request.
 
+The queue policy (spec.overload, measured on Triton 2.51): with a queue timeout, a request
+still queued past it is refused when the batcher next looks at the queue, i.e. when an
+instance frees up or a batch forms, not at the timeout itself (Triton refused a 30 ms
+timeout's requests after 47 ms at the median behind 40 ms batches). With a max queue size,
+a request arriving while that many wait is refused at once. Refused requests are never
+served (`RequestStore.rejected` holds the time of refusal); only timeout refusals reach the
+pod's failure counter, as only those reach Triton's `nv_inference_request_failure`.
+
 Speed: requests are never Python objects. A replica's queue is an array of global request
 indices into sorted arrival times; the loop runs once per *batch*, using bisect on a plain list,
 and per-request results are filled in afterwards with numpy.
@@ -29,6 +37,12 @@ class BatcherConfig:
     dynamic: bool = True  # False: Triton's default scheduler, one request per execution
     instances: int = 1  # instance_group count per replica; they share the replica's GPU(s)
     overlap_slowdown: float = 2.0  # see Profile.overlap_slowdown
+    queue_timeout_s: float = 0.0  # queue policy: refuse past this wait (0: never)
+    max_queue_size: int = 0  # queue policy: refuse arrivals beyond this many waiting (0: never)
+
+    @property
+    def guarded(self) -> bool:
+        return self.dynamic and (self.queue_timeout_s > 0 or self.max_queue_size > 0)
 
 
 class RequestStore:
@@ -47,6 +61,7 @@ class RequestStore:
         self.batch = np.zeros(cap, dtype=np.int32)
         self.replica = np.full(cap, -1, dtype=np.int32)
         self.client = np.full(cap, -1, dtype=np.int32)
+        self.rejected = np.full(cap, np.inf)  # when the queue policy refused it (inf: never)
 
     def append(self, arrivals: np.ndarray, clients: np.ndarray) -> np.ndarray:
         """Add requests (closed loop); returns their indices."""
@@ -61,6 +76,7 @@ class RequestStore:
                 ("batch", 0),
                 ("replica", -1),
                 ("client", -1),
+                ("rejected", np.inf),
             ):
                 old = getattr(self, name)
                 new = np.full(cap, fill, dtype=old.dtype)
@@ -93,6 +109,12 @@ class Replica:
     uncounted: list[np.ndarray] = field(default_factory=list)
     counters: np.ndarray = field(default_factory=lambda: np.zeros(6))
     recent: list[tuple[float, np.ndarray]] = field(default_factory=list)
+    # Queue policy: requests refused on timeout not yet in a scrape, the cumulative count
+    # of those (Triton's failure counter, reason REJECTED), and every request the last
+    # advance() refused (for closed-loop clients, who get their error back then).
+    unrejected: list[np.ndarray] = field(default_factory=list)
+    rejected_total: float = 0.0
+    refused_new: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
         if not self.free:
@@ -121,6 +143,8 @@ def advance(
     if len(idx) == 0:
         return idx
     a_np = store.arrival[idx]
+    if cfg.guarded:
+        return _advance_guarded(rep, idx, len(rep.pending), until, store, cfg, lat_s)
     if not cfg.dynamic and cfg.instances == 1:
         served, starts, ends = _fifo_single(rep, a_np, until, lat_s[1])
         durs = np.full(served, lat_s[1])
@@ -261,3 +285,140 @@ def _batches_multi(
         free[inst] = start + dur
         i += size
     return starts, sizes, durs
+
+
+def _advance_guarded(
+    rep: Replica,
+    idx: np.ndarray,
+    admitted: int,
+    until: float,
+    store: RequestStore,
+    cfg: BatcherConfig,
+    lat_s: list[float],
+) -> np.ndarray:
+    """advance() under a queue policy: the batches of `_batches_guarded`, refusals recorded."""
+    a = store.arrival[idx].tolist()
+    starts_l, sizes_l, durs_l, members, refused, pending = _batches_guarded(
+        rep, a, admitted, until, cfg, lat_s
+    )
+    rep.pending = idx[np.asarray(pending, dtype=np.int64)]
+    rep.refused_new = idx[:0]
+    if refused:
+        pos, when, counted = (np.asarray(col) for col in zip(*refused, strict=True))
+        who = idx[pos.astype(np.int64)]
+        store.rejected[who] = when
+        rep.refused_new = who
+        if counted.any():
+            rep.unrejected.append(who[counted.astype(bool)])
+    if not sizes_l:
+        return idx[:0]
+    starts = np.asarray(starts_l)
+    sizes = np.asarray(sizes_l, dtype=np.int32)
+    durs = np.asarray(durs_l)
+    rep.busy_s += float(np.asarray(lat_s)[sizes].sum())
+    rep.executions += len(sizes)
+    done = idx[np.asarray(members, dtype=np.int64)]
+    store.start[done] = np.repeat(starts, sizes)
+    store.end[done] = np.repeat(starts + durs, sizes)
+    store.compute[done] = np.repeat(durs, sizes)
+    store.batch[done] = np.repeat(sizes, sizes)
+    store.replica[done] = rep.id
+    rep.uncounted.append(done)
+    return done
+
+
+def _batches_guarded(
+    rep: Replica,
+    a: list[float],
+    admitted: int,
+    until: float,
+    cfg: BatcherConfig,
+    lat_s: list[float],
+) -> tuple[
+    list[float], list[int], list[float], list[int], list[tuple[int, float, bool]], list[int]
+]:
+    """The batcher with a queue policy, one or more instances. `a` are arrival times; the
+    first `admitted` are already queued (the rest arrive now and may be refused).
+
+    Returns batch starts, sizes and durations; the positions served, batch by batch; the
+    refusals as (position, time, counted by Triton); and the positions still queued.
+    Slower than the unguarded paths (a Python step per arrival when the queue is bounded),
+    so it runs only when a policy can refuse.
+    """
+    n = len(a)
+    maxb = cfg.max_batch_size
+    preferred = sorted(p for p in cfg.preferred_batch_sizes if p <= maxb)
+    target = preferred[-1] if preferred else maxb
+    delay, timeout, cap = rep.delay_s, cfg.queue_timeout_s, cfg.max_queue_size
+    extra = cfg.overlap_slowdown - 1.0
+    free = rep.free
+    queue = list(range(admitted))  # positions waiting, queue[head:] in arrival order
+    head = 0
+    k = admitted  # next arrival not yet admitted or refused
+    starts: list[float] = []
+    sizes: list[int] = []
+    durs: list[float] = []
+    members: list[int] = []
+    refused: list[tuple[int, float, bool]] = []
+
+    def admit(t: float) -> None:
+        """Arrivals up to t join the queue, or are refused on a full one."""
+        nonlocal k
+        if cap <= 0:
+            hi = bisect_right(a, t, k)
+            queue.extend(range(k, hi))
+            k = hi
+            return
+        while k < n and a[k] <= t:
+            if len(queue) - head >= cap:
+                refused.append((k, a[k], False))
+            else:
+                queue.append(k)
+            k += 1
+
+    while True:
+        if head == len(queue):
+            if k >= n:
+                break
+            admit(a[k])
+            continue
+        inst = min(range(len(free)), key=free.__getitem__)
+        t0 = max(free[inst], a[queue[head]])  # the batcher looks at the queue
+        if t0 > until:
+            break
+        admit(t0)
+        if timeout > 0:
+            while head < len(queue) and a[queue[head]] + timeout < t0:
+                refused.append((queue[head], t0, True))
+                head += 1
+            if head == len(queue):
+                continue
+        waiting = len(queue) - head
+        if waiting >= target:
+            start = t0
+        else:
+            deadline = a[queue[head]] + delay
+            need = target - waiting  # more arrivals the batch waits for
+            fits = cap <= 0 or need <= cap - waiting
+            if t0 >= deadline:
+                start = t0
+            elif fits and k + need - 1 < n and a[k + need - 1] < deadline:
+                start = a[k + need - 1]
+            else:
+                start = deadline
+            if start > until:
+                break
+            admit(start)
+        size = min(len(queue) - head, target)
+        if size < target and preferred:
+            size = max((p for p in preferred if p <= size), default=size)
+        others = sum(1 for j, f in enumerate(free) if j != inst and f > start)
+        dur = lat_s[size] * (1.0 + extra * others)
+        starts.append(start)
+        sizes.append(size)
+        durs.append(dur)
+        members.extend(queue[head : head + size])
+        head += size
+        free[inst] = start + dur
+    admit(until)
+    return starts, sizes, durs, members, refused, queue[head:]

@@ -20,6 +20,7 @@ from batchop.sim.batcher import BatcherConfig, Replica, RequestStore, advance
 from batchop.sim.profile import Profile
 from batchop.sim.scrape import Sample, observe, scrape
 from batchop.sim.trace import Trace
+from batchop.tuning.overload import queue_policy
 from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 
 DecideFn = Callable[[Observation, TuningSpec, TuningState], Decision]
@@ -137,12 +138,15 @@ def simulate(
     replaces the trace's Poisson traffic in open loop; the trace still sets the duration."""
     config = config or SimConfig()
     rng = np.random.default_rng(config.seed)
+    guard = queue_policy(spec)  # the queue policy Triton would run for this spec
     cfg = BatcherConfig(
         max_batch_size=profile.max_batch_size,
         preferred_batch_sizes=tuple(spec.preferred_batch_sizes),
         dynamic=policy.dynamic_batching,
         instances=config.instances,
         overlap_slowdown=profile.overlap_slowdown,
+        queue_timeout_s=guard.timeout_us / 1e6 if guard.reject else 0.0,
+        max_queue_size=guard.max_queue_size if guard.reject else 0,
     )
     lat_s = profile.latency_table_s()
     cluster = _Cluster(profile, spec, cfg)
@@ -191,6 +195,8 @@ def simulate(
             done = advance(rep, shares[k], t_next, store, cfg, lat_s)
             if closed and len(done):
                 answered.append(done)
+            if closed and cfg.guarded and len(rep.refused_new):
+                answered.append(rep.refused_new)  # a refusal is an answer too
         if answered:
             clients.answered(np.concatenate(answered), store)
         t = t_next
@@ -219,6 +225,8 @@ def simulate(
                     cluster.set_delay(max(0, int(decision.delay_us)))
                 for rep in cluster.scale(t, max(0, int(decision.replicas))):
                     done = advance(rep, np.zeros(0, dtype=np.int64), math.inf, store, cfg, lat_s)
+                    if closed and cfg.guarded and len(rep.refused_new):
+                        done = np.concatenate((done, rep.refused_new))
                     if closed and len(done):
                         clients.answered(done, store)
         if changed or any(abs(r.ready_s - t) < 1e-9 for r in cluster.active):
@@ -230,8 +238,8 @@ def simulate(
     for rep in cluster.active:
         advance(rep, np.zeros(0, dtype=np.int64), math.inf, store, cfg, lat_s)
     n = store.n
-    late = store.end[:n] > end + config.drain_s
-    run.dropped += int(np.count_nonzero(late))
+    late = (store.end[:n] > end + config.drain_s) & np.isinf(store.rejected[:n])
+    run.dropped += int(np.count_nonzero(late))  # refused requests were answered: not dropped
     run.end_s = end
     return run
 
@@ -327,6 +335,8 @@ class _Clients:
     def answered(self, done: np.ndarray, store: RequestStore) -> None:
         who = store.client[done]
         self.in_flight[who] = False
-        self.next_send[who] = when = self._after(store.end[done])
+        # served: at the end of its batch; refused by the queue policy: at the refusal
+        back = np.minimum(store.end[done], store.rejected[done])
+        self.next_send[who] = when = self._after(back)
         self._soonest = min(self._soonest, float(when.min()))
         self._asleep = self._asleep or bool(np.isinf(when).any())

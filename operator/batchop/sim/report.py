@@ -3,6 +3,10 @@
 Latencies here are ground truth (server side: queue + compute, per request), unlike what the
 controller saw. Quantiles use the nearest-rank rule; windows are by arrival time and empty
 windows are left out of window_attainment.
+
+Requests refused by the queue policy (spec.overload) count as `rejected`, never as served
+or dropped; they count against slo_attainment (served within the SLO over all sent) and
+against the p99s over all requests, while `served_p99_ms` is the p99 of those served.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ def summarize(run: SimRun, slo_ms: float) -> dict[str, Any]:
     latency = store.end[:n] - store.arrival[:n]  # inf for requests never served
     slo_s = slo_ms / 1000.0
     served = np.isfinite(latency)
+    refused = np.isfinite(store.rejected[:n])
     executions = sum(r.executions for r in run.pods)
     window = 60.0
     keys = (store.arrival[:n] // window).astype(np.int64)
@@ -74,6 +79,8 @@ def summarize(run: SimRun, slo_ms: float) -> dict[str, Any]:
         "gpu_busy_seconds": sum(r.busy_s for r in run.pods) * gpus,
         "avg_batch_size": float(np.count_nonzero(served) / executions) if executions else 0.0,
         "dropped": int(run.dropped),
+        "rejected": int(np.count_nonzero(refused)),
+        "served_p99_ms": nearest_rank(latency[served], 0.99) * 1000.0 if served.any() else None,
         "decisions_count": len(run.decisions),
         "max_replicas_used": max(h[1] for h in run.history),
     }
@@ -96,6 +103,7 @@ def timeline(run: SimRun, slo_ms: float) -> list[dict[str, Any]]:
     latency = store.end[:n] - arrival
     p99 = _group_quantile(keys, latency, 0.99, n_bins)
     counts = np.bincount(keys, minlength=n_bins)
+    refused = np.bincount(keys[np.isfinite(store.rejected[:n])], minlength=n_bins)
     batch = store.batch[:n]
     execs = np.bincount(
         keys, weights=np.where(batch > 0, 1.0 / np.maximum(batch, 1), 0.0), minlength=n_bins
@@ -115,6 +123,7 @@ def timeline(run: SimRun, slo_ms: float) -> list[dict[str, Any]]:
                 "replicas": h[1],
                 "ready": h[2],
                 "avg_batch": counts[b] / execs[b] if execs[b] > 0 else None,
+                "rejected": int(refused[b]),
             }
         )
     return rows

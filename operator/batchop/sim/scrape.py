@@ -7,7 +7,7 @@ summary of the worst pod, and a pod that has not been scraped twice has no rate 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,12 +24,15 @@ class Sample:
     counters: dict[int, np.ndarray]  # pod id -> cumulative counters
     p99_s: dict[int, float]  # pod id -> summary p99 (pods with requests in the window)
     pending: int
+    # pod id -> cumulative timeout refusals (Triton's failure counter, reason REJECTED)
+    rejected: dict[int, float] = field(default_factory=dict)
 
 
 def scrape(t: float, pods: list[Replica], store: RequestStore, summary_window_s: float) -> Sample:
     """Fold requests finished by t into each ready pod's counters and summary window."""
     counters: dict[int, np.ndarray] = {}
     p99: dict[int, float] = {}
+    rejected: dict[int, float] = {}
     pending = 0
     for rep in pods:
         if not rep.ready_at(t):
@@ -60,7 +63,18 @@ def scrape(t: float, pods: list[Replica], store: RequestStore, summary_window_s:
                 p99[rep.id] = nearest_rank(window, 0.99)
         counters[rep.id] = rep.counters.copy()
         pending += len(rep.pending)
-    return Sample(time_s=t, counters=counters, p99_s=p99, pending=pending)
+        rejected[rep.id] = _fold_rejected(rep, store, t)
+    return Sample(time_s=t, counters=counters, p99_s=p99, pending=pending, rejected=rejected)
+
+
+def _fold_rejected(rep: Replica, store: RequestStore, t: float) -> float:
+    """The pod's timeout refusals up to t, as its cumulative counter."""
+    if rep.unrejected:
+        u = np.concatenate(rep.unrejected)
+        due = store.rejected[u] <= t
+        rep.rejected_total += float(np.count_nonzero(due))
+        rep.unrejected = [u[~due]] if not due.all() else []
+    return rep.rejected_total
 
 
 def nearest_rank(values: np.ndarray, q: float) -> float:
@@ -87,6 +101,7 @@ def observe(
     window = [s for s in samples if s.time_s >= last.time_s - rate_window_s - 1e-9]
     delta = np.zeros(6)
     rps = 0.0
+    rejected_rps = 0.0
     rated = 0
     for pod, now in last.counters.items():
         first = next((s for s in window if pod in s.counters), None)
@@ -95,6 +110,9 @@ def observe(
         d = now - first.counters[pod]
         delta += d
         rps += d[SUCCESS] / (last.time_s - first.time_s)
+        if pod in last.rejected and pod in first.rejected:
+            gained = last.rejected[pod] - first.rejected[pod]
+            rejected_rps += gained / (last.time_s - first.time_s)
         rated += 1
     p99 = max(last.p99_s.values()) * 1000.0 if last.p99_s else None
     if rated == 0:
@@ -120,4 +138,5 @@ def observe(
         ready_replicas=ready,
         delay_us=delay_us,
         age_s=t - last.time_s,
+        rejected_rps=rejected_rps,
     )
