@@ -58,6 +58,25 @@ PANELS: tuple[Panel, ...] = (
         "Successful inference requests per second, summed over the model's pods.",
     ),
     Panel(
+        "Rejected requests (overload guard)",
+        "reqps",
+        (
+            Query(
+                _rate("nv_inference_request_failure", ', reason="REJECTED"'),
+                "refused past the queue timeout /s",
+            ),
+            Query(
+                f"max {BY} (batchop_rejected_requests_per_second{{{SEL}}})",
+                "as the tuner saw it /s",
+                "operator",
+            ),
+        ),
+        "Requests Triton's queue policy (spec.overload, policy Reject) refused because they "
+        "waited past the queue timeout: the price of keeping served requests within the SLO "
+        "during a burst beyond capacity. Triton 2.51 does not count refusals on a full queue "
+        "(maxQueueSize) in any metric.",
+    ),
+    Panel(
         "p99 latency vs SLO",
         "ms",
         (

@@ -109,6 +109,20 @@ class OperatorMetrics:
             BM_LABELS,
             registry=r,
         )
+        self.rejected = Gauge(
+            "batchop_rejected_requests_per_second",
+            "Requests Triton's queue policy refused per second (timeouts; spec.overload), all "
+            "replicas, as the last tuning tick saw them (status.metrics.rejectedPerSecond).",
+            BM_LABELS,
+            registry=r,
+        )
+        self.queue_timeout = Gauge(
+            "batchop_queue_timeout_microseconds",
+            "Queue timeout of Triton's queue policy the pods are brought to (spec.overload, "
+            "derived from the SLO when not set); 0: policy Queue, nothing is refused.",
+            BM_LABELS,
+            registry=r,
+        )
         self.condition = Gauge(
             "batchop_condition",
             "1 when the BatchedModel's status condition of this type is True, else 0.",
@@ -226,6 +240,10 @@ class OperatorMetrics:
             ready_replicas=number("readyReplicas", where=status),
             slo_ms=number("slo", "p99LatencyMilliseconds"),
         )
+        rejected = number("rejectedPerSecond", where=status.get("metrics") or {})
+        if rejected is not None:
+            self.rejected.labels(namespace, name).set(rejected)
+        self.queue_timeout.labels(namespace, name).set(_queue_timeout_us(bm))
         for cond in status.get("conditions") or []:
             if cond.get("type") and cond.get("status") in ("True", "False"):
                 self.set_condition(namespace, name, str(cond["type"]), cond["status"] == "True")
@@ -268,12 +286,22 @@ class OperatorMetrics:
             self.desired_replicas,
             self.ready_replicas,
             self.slo,
+            self.rejected,
+            self.queue_timeout,
         )
         for gauge in per_bm:
             with suppress(KeyError):
                 gauge.remove(namespace, name)
         for counter, labels in self._counter_labels.pop((namespace, name), set()):
             counter.remove(*labels)
+
+
+def _queue_timeout_us(bm: Mapping[str, Any]) -> float:
+    """The queue timeout the pods run by spec.overload (0 when nothing is refused on time)."""
+    from batchop.controller.autotune import desired_queue_policy
+
+    policy = desired_queue_policy(bm)
+    return float(policy.timeout_us if policy.reject else 0)
 
 
 METRICS = OperatorMetrics()

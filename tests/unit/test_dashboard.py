@@ -50,3 +50,13 @@ def test_decisions_are_annotations_from_the_operator_metrics() -> None:
 def test_substitute_fills_every_grafana_variable() -> None:
     for _, q in dashboard.all_queries():
         assert "$" not in dashboard.substitute(q.expr, "ns", "bm", "1m")
+
+
+def test_rejected_requests_are_shown_from_triton_and_the_operator() -> None:
+    queries = {q.expr: q.source for title, q in dashboard.all_queries() if "Rejected" in title}
+    triton = [e for e, source in queries.items() if source == "triton"]
+    assert len(triton) == 1 and 'reason="REJECTED"' in triton[0]
+    assert "nv_inference_request_failure" in triton[0] and "rate(" in triton[0]
+    assert any("batchop_rejected_requests_per_second" in e for e in queries)
+    shipped = dashboard.rendered_files()["dashboard.json"]
+    assert "nv_inference_request_failure" in shipped

@@ -113,6 +113,7 @@ def test_observe_model_sets_gauges_from_spec_and_status() -> None:
         "status": {
             "readyReplicas": 2,
             "maxQueueDelayMicroseconds": 700,
+            "metrics": {"rejectedPerSecond": 12.5},
             "lastDecision": {"maxQueueDelayMicroseconds": 900, "replicas": 3},
             "conditions": [
                 {"type": "SLOMet", "status": "True"},
@@ -131,6 +132,12 @@ def test_observe_model_sets_gauges_from_spec_and_status() -> None:
     assert samples[("batchop_condition", bm(type="SLOMet"))] == 1
     assert samples[("batchop_condition", bm(type="CapacityLimited"))] == 0
     assert ("batchop_condition", bm(type="MetricsAvailable")) not in samples
+    assert samples[("batchop_rejected_requests_per_second", bm())] == 12.5
+    # the default guard: Reject past half the 40 ms SLO (no profile), at least 21 ms
+    assert samples[("batchop_queue_timeout_microseconds", bm())] == 21_000
+    bm_obj["spec"]["overload"] = {"policy": "Queue"}
+    m.observe_model(bm_obj)
+    assert scrape(m)[("batchop_queue_timeout_microseconds", bm())] == 0
 
 
 def test_observe_model_without_status_uses_the_spec_and_skips_the_rest() -> None:
