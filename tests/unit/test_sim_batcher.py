@@ -93,14 +93,33 @@ def test_guarded_batcher_that_refuses_nothing_matches_the_fast_one(
     rng = np.random.default_rng(int(rate))
     arrivals = np.sort(rng.uniform(0.0, 2000 / rate, 2000))
     plain = BatcherConfig(MAXB, preferred, instances=instances)
-    guarded = BatcherConfig(MAXB, preferred, instances=instances, queue_timeout_s=1e6,
-                            max_queue_size=10**6)
-    assert guarded.guarded and not plain.guarded
     a, rep_a = _feed(arrivals, plain, LAT, delay_ms / 1000, instances)
-    b, rep_b = _feed(arrivals, guarded, LAT, delay_ms / 1000, instances)
-    assert np.array_equal(a.start[: a.n], b.start[: b.n])
-    assert np.array_equal(a.batch[: a.n], b.batch[: b.n])
-    assert rep_a.executions == rep_b.executions and np.isinf(b.rejected[: b.n]).all()
+    for bound in (0, 10**6):  # the timeout-only path and the general one
+        guarded = BatcherConfig(MAXB, preferred, instances=instances, queue_timeout_s=1e6,
+                                max_queue_size=bound)
+        assert guarded.guarded and not plain.guarded
+        b, rep_b = _feed(arrivals, guarded, LAT, delay_ms / 1000, instances)
+        assert np.array_equal(a.start[: a.n], b.start[: b.n])
+        assert np.array_equal(a.batch[: a.n], b.batch[: b.n])
+        assert rep_a.executions == rep_b.executions and np.isinf(b.rejected[: b.n]).all()
+
+
+@pytest.mark.parametrize("instances", [1, 2])
+def test_timeout_only_path_matches_the_general_one(instances: int) -> None:
+    """The fast path for a timeout without a queue bound refuses and serves exactly as the
+    general path does with a bound no queue reaches."""
+    rng = np.random.default_rng(23 + instances)
+    arrivals = np.sort(rng.uniform(0.0, 2.0, 6000))  # 3,000 req/s: overloaded
+    runs = [
+        _feed(arrivals, BatcherConfig(MAXB, (4, 8), instances=instances, queue_timeout_s=0.008,
+                                      max_queue_size=bound), LAT, 0.002, instances)[0]
+        for bound in (0, 10**6)
+    ]
+    fast, general = runs
+    n = fast.n
+    assert np.isfinite(fast.rejected[:n]).sum() > 1000
+    for column in ("start", "end", "batch", "rejected"):
+        assert np.array_equal(getattr(fast, column)[:n], getattr(general, column)[:n]), column
 
 
 def test_timeout_refuses_requests_that_waited_past_it_when_the_batcher_looks() -> None:

@@ -24,8 +24,9 @@ and per-request results are filled in afterwards with numpy.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -296,11 +297,19 @@ def _advance_guarded(
     cfg: BatcherConfig,
     lat_s: list[float],
 ) -> np.ndarray:
-    """advance() under a queue policy: the batches of `_batches_guarded`, refusals recorded."""
+    """advance() under a queue policy: the batches of `_batches_guarded` (or, with no queue
+    bound, of the faster `_batches_timeout`), refusals recorded."""
     a = store.arrival[idx].tolist()
-    starts_l, sizes_l, durs_l, members, refused, pending = _batches_guarded(
-        rep, a, admitted, until, cfg, lat_s
-    )
+    if cfg.max_queue_size <= 0:
+        starts_l, sizes_l, durs_l, members_np, refused, pending_np = _timeout_only(
+            rep, a, until, cfg, lat_s
+        )
+        members: Any = members_np
+        pending: Any = pending_np
+    else:
+        starts_l, sizes_l, durs_l, members, refused, pending = _batches_guarded(
+            rep, a, admitted, until, cfg, lat_s
+        )
     rep.pending = idx[np.asarray(pending, dtype=np.int64)]
     rep.refused_new = idx[:0]
     if refused:
@@ -325,6 +334,85 @@ def _advance_guarded(
     store.replica[done] = rep.id
     rep.uncounted.append(done)
     return done
+
+
+def _timeout_only(
+    rep: Replica, a: list[float], until: float, cfg: BatcherConfig, lat_s: list[float]
+) -> tuple[
+    list[float], list[int], list[float], np.ndarray, list[tuple[int, float, bool]], np.ndarray
+]:
+    """`_batches_guarded`'s results for a queue timeout without a queue bound: every arrival
+    is queued and refusals leave from the head, so the queue stays a contiguous range."""
+    starts, sizes, durs, refusals, i = _batches_timeout(rep, a, until, cfg, lat_s)
+    served = np.ones(i, dtype=bool)
+    refused: list[tuple[int, float, bool]] = []
+    for lo, hi, t in refusals:
+        served[lo:hi] = False
+        refused.extend((p, t, True) for p in range(lo, hi))
+    return starts, sizes, durs, np.flatnonzero(served), refused, np.arange(i, len(a))
+
+
+def _batches_timeout(
+    rep: Replica, a: list[float], until: float, cfg: BatcherConfig, lat_s: list[float]
+) -> tuple[list[float], list[int], list[float], list[tuple[int, int, float]], int]:
+    """The batcher with a queue timeout only (one or more instances), a step per batch.
+
+    Returns starts, sizes, durations, the refusals as (first, end, time) position ranges,
+    and the first position not yet served or refused.
+    """
+    n = len(a)
+    maxb = cfg.max_batch_size
+    preferred = sorted(p for p in cfg.preferred_batch_sizes if p <= maxb)
+    target = preferred[-1] if preferred else maxb
+    delay, timeout = rep.delay_s, cfg.queue_timeout_s
+    extra = cfg.overlap_slowdown - 1.0
+    free = rep.free
+    single = len(free) == 1
+    starts: list[float] = []
+    sizes: list[int] = []
+    durs: list[float] = []
+    refusals: list[tuple[int, int, float]] = []
+    i = 0
+    while i < n:
+        inst = 0 if single else min(range(len(free)), key=free.__getitem__)
+        ai = a[i]
+        t0 = free[inst] if free[inst] > ai else ai
+        if t0 > until:
+            break
+        if ai + timeout < t0:  # the head waited past the timeout: refused as the batcher looks
+            j = bisect_left(a, t0 - timeout, i, n)
+            while j < n and a[j] + timeout < t0:  # bisect on t0 - timeout may round
+                j += 1
+            while j > i + 1 and not a[j - 1] + timeout < t0:
+                j -= 1
+            refusals.append((i, j, t0))
+            i = j
+            continue
+        j = i + target - 1
+        if j < n and a[j] <= t0:
+            start, size = t0, target
+        else:
+            deadline = ai + delay
+            start = t0 if t0 >= deadline else (a[j] if j < n and a[j] < deadline else deadline)
+            if start > until:
+                break
+            hi = i + maxb
+            size = bisect_right(a, start, i, hi if hi < n else n) - i
+            if size >= target:
+                size = target
+            elif preferred:
+                size = max((p for p in preferred if p <= size), default=size)
+        if single:
+            dur = lat_s[size]
+        else:
+            others = sum(1 for k, f in enumerate(free) if k != inst and f > start)
+            dur = lat_s[size] * (1.0 + extra * others)
+        starts.append(start)
+        sizes.append(size)
+        durs.append(dur)
+        free[inst] = start + dur
+        i += size
+    return starts, sizes, durs, refusals, i
 
 
 def _batches_guarded(
