@@ -325,6 +325,51 @@ MUTATIONS: list[tuple[str, Callable[[Manifest], None], str]] = [
     ),
     ("slo-zero", _set("spec.slo.p99LatencyMilliseconds", 0), "spec.slo.p99LatencyMilliseconds"),
     (
+        "profile-above-max-batch",
+        _set("spec.model.latencyProfile", lambda m: [
+            {"batchSize": 1, "milliseconds": 1},
+            {"batchSize": m["spec"]["model"]["maxBatchSize"] + 1, "milliseconds": 9},
+        ]),
+        "spec.model.latencyProfile",
+    ),
+    (
+        "profile-faster-for-bigger-batch",
+        _set("spec.model.latencyProfile", [{"batchSize": 1, "milliseconds": 4},
+                                           {"batchSize": 2, "milliseconds": 3.5}]),
+        "spec.model.latencyProfile",
+    ),
+    (
+        "profile-without-batch-one",
+        _set("spec.model.latencyProfile", [{"batchSize": 2, "milliseconds": 4}]),
+        "spec.model.latencyProfile",
+    ),
+    (
+        "profile-zero-ms",
+        _set("spec.model.latencyProfile", [{"batchSize": 1, "milliseconds": 0}]),
+        "spec.model.latencyProfile.0.milliseconds",
+    ),
+    ("overload-unknown-policy", _set("spec.overload.policy", "Drop"), "spec.overload.policy"),
+    (
+        "queue-with-a-bound",
+        _set("spec.overload", {"policy": "Queue", "maxQueueSize": 8}),
+        "spec.overload.policy",
+    ),
+    (
+        "timeout-within-delay-limit",
+        _set("spec.overload.queueTimeoutMicroseconds",
+             lambda m: m["spec"]["batching"]["maxQueueDelayLimitMicroseconds"]),
+        "spec.overload.queueTimeoutMicroseconds",
+    ),
+    (
+        "timeout-beyond-slo",
+        lambda m: (
+            _set("spec.batching.maxQueueDelayLimitMicroseconds", 1000)(m),
+            _set("spec.overload.queueTimeoutMicroseconds",
+                 int(m["spec"]["slo"]["p99LatencyMilliseconds"] * 1000))(m),
+        ),
+        "spec.overload.queueTimeoutMicroseconds",
+    ),
+    (
         "interval-too-short",
         _set("spec.autotune.intervalSeconds", 1),
         "spec.autotune.intervalSeconds",

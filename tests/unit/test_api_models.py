@@ -48,6 +48,11 @@ def test_defaults_match_the_design() -> None:
     assert spec.autotune.queue_delay and spec.autotune.replicas
     assert spec.autotune.interval_seconds == 30
     assert spec.autotune.prometheus_url is None
+    # the overload guard is on by default, its timeout derived from the SLO
+    assert spec.overload.policy == "Reject"
+    assert spec.overload.queue_timeout_microseconds is None
+    assert spec.overload.max_queue_size == 0
+    assert spec.model.latency_profile is None
 
 
 def test_wire_format_is_camel_case() -> None:
