@@ -243,6 +243,7 @@ def test_reject_keeps_served_latency_bounded_and_counts_refusals() -> None:
     assert res["slo_attainment"] == pytest.approx(np.count_nonzero(lat <= 0.040) / n)
     assert res["slo_attainment"] < 1 - res["rejected"] / n + 1e-9  # refusals count against
     assert sum(row["rejected"] for row in res["timeline"]) == res["rejected"]
+    assert max(row["served_p99_ms"] or 0 for row in res["timeline"]) <= 20.0 + 11.5 + 1e-6
     assert all(row["rejected"] == 0 for row in res["timeline"] if row["t"] >= 61)
     # the controller sees the refusals at the rate Triton's failure counter would show
     seen = [o.rejected_rps for o in sim.observations if 30 <= o.time_s <= 60]

@@ -103,7 +103,10 @@ def timeline(run: SimRun, slo_ms: float) -> list[dict[str, Any]]:
     latency = store.end[:n] - arrival
     p99 = _group_quantile(keys, latency, 0.99, n_bins)
     counts = np.bincount(keys, minlength=n_bins)
-    refused = np.bincount(keys[np.isfinite(store.rejected[:n])], minlength=n_bins)
+    refused_mask = np.isfinite(store.rejected[:n])
+    refused = np.bincount(keys[refused_mask], minlength=n_bins)
+    served = np.isfinite(latency)
+    served_p99 = _group_quantile(keys[served], latency[served], 0.99, n_bins)
     batch = store.batch[:n]
     execs = np.bincount(
         keys, weights=np.where(batch > 0, 1.0 / np.maximum(batch, 1), 0.0), minlength=n_bins
@@ -124,6 +127,7 @@ def timeline(run: SimRun, slo_ms: float) -> list[dict[str, Any]]:
                 "ready": h[2],
                 "avg_batch": counts[b] / execs[b] if execs[b] > 0 else None,
                 "rejected": int(refused[b]),
+                "served_p99_ms": None if np.isnan(served_p99[b]) else served_p99[b] * 1000.0,
             }
         )
     return rows
