@@ -69,3 +69,26 @@ def cluster(pytestconfig: pytest.Config) -> Iterator[object]:
 @pytest.fixture(scope="session")
 def probed_cluster(pytestconfig: pytest.Config) -> Iterator[object]:
     yield from _session_cluster(pytestconfig, "-e2e", readiness="probes")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many tests were skipped and why, always (with -q too; -rs is not needed).
+
+    A check that cannot be judged on this machine is a `pytest.skip(reason)`, never a pass;
+    this keeps every such reason in front of whoever reads the run.
+    """
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons: dict[str, list[str]] = {}
+    for report in skipped:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons.setdefault(reason.removeprefix("Skipped: "), []).append(report.nodeid)
+    terminalreporter.write_sep("=", f"{len(skipped)} skipped, {len(reasons)} reason(s)")
+    for reason, nodeids in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+        terminalreporter.write_line(f"{len(nodeids)} x {reason}")
+        for nodeid in nodeids[:5]:
+            terminalreporter.write_line(f"    {nodeid}")
+        if len(nodeids) > 5:
+            terminalreporter.write_line(f"    ... and {len(nodeids) - 5} more")

@@ -21,7 +21,8 @@ in-process HTTP server (FakePrometheus below) that answers every instant query w
 per model (fixed, healthy figures well within the SLO). It exercises the observer's request and
 parsing path at N series per query; it is not a Prometheus and nothing else uses it.
 
-Writes the table to bench/results/operator_scale.md after each N (a partial run keeps its rows).
+Writes the table, with the command, commit and machine load, to bench/results/operator_scale.md
+after each N (a partial run keeps its rows; --out to write elsewhere).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any
 
 from batchop.api.constants import PROM_LABEL_MODEL
 from batchop.local.cluster import LocalCluster
+from batchop.provenance import Provenance
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "batchedmodel.yaml"
@@ -403,15 +405,21 @@ def calls_table(rows: list[dict[str, Any]]) -> str:
 
 
 def write_results(
-    rows: list[dict[str, Any]], window: float, settle: float, tolerance: float
+    out: Path,
+    provenance: Provenance,
+    rows: list[dict[str, Any]],
+    window: float,
+    settle: float,
+    tolerance: float,
 ) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
         "# Operator scale (bench/operator_scale.py)\n\n"
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on the shared 2-core dev "
-        "machine (other helpers' tests running). One `batchop run`, 8 handler threads; models at "
-        "0 replicas with queue-delay tuning every 5 s; Prometheus is SYNTHETIC (an in-process "
-        "fake answering each query with one series per model, benchmark only). CPU per tick is "
+        f"{provenance.finish().markdown()}\n"
+        "One `batchop run`, 8 handler threads; models at 0 replicas with queue-delay tuning "
+        "every 5 s. Prometheus is SYNTHETIC: an in-process stand-in answering each query with "
+        "one healthy series per model (this benchmark only), so the tick's query cost is its "
+        "HTTP and parsing at N series, not a real Prometheus's. CPU per tick is "
         f"all operator CPU over a {window:.0f} s window divided by the ticks in it (includes "
         "the status patches and watch events the tuning causes, and whatever the cold start "
         f"left to drain). Windows start {settle:.0f} s after the cold phase and repeat until two "
@@ -448,7 +456,9 @@ def main() -> int:
     ap.add_argument("--max-windows", type=int, default=6, help="give up on steady after this")
     ap.add_argument("--name", default="batchop-scale", help="local cluster name")
     ap.add_argument("--keep-cluster", action="store_true")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="Markdown result file")
     args = ap.parse_args()
+    provenance = Provenance.start()
     prom = FakePrometheus()
     cluster = LocalCluster(args.name).up(replace=True)
     rows: list[dict[str, Any]] = []
@@ -460,14 +470,14 @@ def main() -> int:
         for n in args.models:
             limits = (args.window, args.stall, args.settle, args.tolerance, args.max_windows)
             rows.append(run_one(cluster, prom, n, *limits))
-            write_results(rows, args.window, args.settle, args.tolerance)
+            write_results(args.out, provenance, rows, args.window, args.settle, args.tolerance)
     finally:
         prom.stop()
         if not args.keep_cluster:
             cluster.down()
     print(table(rows))
     print(calls_table(rows))
-    print(f"written to {RESULTS}")
+    print(f"written to {args.out}")
     return 0
 
 

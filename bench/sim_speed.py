@@ -1,7 +1,8 @@
 """Simulator speed: a 1-hour trace at 2,000 req/s (~7.2 M requests), timed per policy.
 
-Run: .venv/bin/python bench/sim_speed.py [--seconds 3600] [--rps 2000]
-Prints seconds per run and seconds per million requests (the figure in docs/simulator.md).
+Run: .venv/bin/python bench/sim_speed.py [--seconds 3600] [--rps 2000] [--out FILE]
+Prints seconds per run and seconds per million requests (the figure in docs/simulator.md) and
+writes them, with the command, commit and machine load, to bench/results/sim_speed.md.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
+from batchop.provenance import Provenance
 from batchop.sim.baselines import make_policy
 from batchop.sim.engine import SimConfig, simulate
 from batchop.sim.profile import load_profile
@@ -18,6 +20,7 @@ from batchop.sim.trace import constant_trace
 from batchop.tuning.types import TuningSpec
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "profiles"
+RESULTS = Path(__file__).resolve().parent / "results" / "sim_speed.md"
 
 CASES = (
     # (profile, policy, start delay us, replicas, SLO ms)
@@ -33,8 +36,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3600.0)
     ap.add_argument("--rps", type=float, default=2000.0)
     ap.add_argument("--profiles", type=Path, default=SHARED)
+    ap.add_argument("--out", type=Path, default=RESULTS, help="Markdown result file")
     args = ap.parse_args()
+    provenance = Provenance.start()
     trace = constant_trace(args.rps, args.seconds)
+    rows = []
     for name, policy_name, delay, replicas, slo in CASES:
         profile = load_profile(args.profiles / f"{name}.yaml")
         spec = TuningSpec(
@@ -58,6 +64,19 @@ def main() -> None:
             f"avg batch {result['avg_batch_size']:.1f}  p99 {result['p99_ms']:.1f} ms",
             flush=True,
         )
+        rows.append(
+            f"| {name} | {policy_name} | {result['requests']:,d} | {sim_s:.2f} | "
+            f"{sim_s / m:.2f} | {total_s - sim_s:.2f} |"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        "# Simulator speed (bench/sim_speed.py)\n\n"
+        f"{provenance.finish().markdown()}\n"
+        f"A {args.seconds:g} s trace at {args.rps:g} req/s, seed 1, one process.\n\n"
+        "| profile | policy | requests | simulation s | s per million requests | report s |\n"
+        "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+    print(f"written to {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The tuning tick in process: CPU per model and API calls per tick, N models, no cluster.
 
 Run: .venv/bin/python bench/tuning_tick.py [--models 100 1000] [--ticks 5] [--profile]
+Writes the table, with the command, commit and machine load, to bench/results/tuning_tick.md.
 
 Builds N BatchedModels (the scale benchmark's spec) behind the real `Handlers` and
 `TuningLoop` with the real tuning policy; the API server is an in-memory stand-in that
@@ -32,11 +33,13 @@ from batchop.controller.kube import APIError
 from batchop.controller.settings import Settings
 from batchop.controller.tuning_loop import TuningLoop
 from batchop.observe.prometheus import ObservationParts
+from batchop.provenance import Provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from operator_scale import model  # noqa: E402 (the scale benchmark's BatchedModel)
 
 Key = tuple[str, str]
+RESULTS = Path(__file__).resolve().parent / "results" / "tuning_tick.md"
 HEALTHY = ObservationParts(
     rps=100.0, avg_batch=4.0, queue_ms=1.0, compute_ms=5.0, p99_ms=20.0, pending=0.0,
     age_s=2.0, scraped_pods=1,
@@ -131,18 +134,32 @@ def main() -> int:
     ap.add_argument("--models", type=int, nargs="+", default=[100, 1000])
     ap.add_argument("--ticks", type=int, default=5, help="measured ticks per N and mode")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the ticks")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="Markdown result file")
     args = ap.parse_args()
-    print("| index | N | CPU per tick | per model | status patches | refused (409) | GETs |")
-    print("|---|---|---|---|---|---|---|")
+    provenance = Provenance.start()
+    lines = [
+        "| index | N | CPU per tick | per model | status patches | refused (409) | GETs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(lines))
     for lagging in (False, True):
         for n in args.models:
             r = measure(n, args.ticks, lagging, args.profile)
-            print(
+            lines.append(
                 f"| {'lagging' if lagging else 'fresh'} | {n} | {r['cpu_ms']:.0f} ms | "
                 f"{r['us_per_model']:.0f} us | {r['patch']:.0f} | {r['conflict']:.0f} | "
-                f"{r['get']:.0f} |",
-                flush=True,
+                f"{r['get']:.0f} |"
             )
+            print(lines[-1], flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        "# Tuning tick in process (bench/tuning_tick.py)\n\n"
+        f"{provenance.finish().markdown()}\n"
+        "Real Handlers, TuningLoop and policy; the API server is an in-memory stand-in and "
+        "Prometheus a fixed observation per model (no cluster, no Prometheus). CPU per tick "
+        f"is the mean over {args.ticks} steady ticks.\n\n" + "\n".join(lines) + "\n"
+    )
+    print(f"written to {args.out}")
     return 0
 
 

@@ -31,9 +31,13 @@ def test_demo_report_has_real_samples(cluster: Any, stack: Any, tmp_path: Path) 
     assert max(s["ready"] for s in timeline) >= 1
     assert report["load"]["ok"] > 0
     assert (tmp_path / "report.png").stat().st_size > 10_000
-    # The operator tunes; 40 s is too short to require a decision, but the report says what
-    # happened either way, and judges each step with the decisions it counted.
-    assert report["decisions"] or any("no tuning decisions" in n for n in report["notes"])
-    changes = report["summary"]["changes"]
-    assert changes["delay"] + changes["replicas"] >= (1 if report["decisions"] else 0)
     assert len(report["summary"]["steps"]) == 4
+    # The operator tunes; 40 s is too short to require a decision. Without one, the report
+    # must say so, and the decision counting is not judged (a visible skip, not a pass).
+    changes = report["summary"]["changes"]
+    if not report["decisions"]:
+        assert any("no tuning decisions" in n for n in report["notes"]), report["notes"]
+        assert changes == {"delay": 0, "replicas": 0}
+        pytest.skip("demo: no tuning decision in the 40 s run, decision counts not judged")
+    assert changes["delay"] + changes["replicas"] >= 1
+    assert changes["delay"] + changes["replicas"] <= 2 * len(report["decisions"])

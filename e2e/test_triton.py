@@ -101,12 +101,6 @@ def test_reload_is_hitless_under_load_and_keeps_counters(server: TritonProcess) 
     assert report["failed"] == 0, report["errors"]
     assert all(r.changed for r in results)
     assert {r.via for r in results} == {"grpc"}
-    # Over gRPC no request waits for the reload (over HTTP, 10-15 per reload waited the
-    # whole 1.6-2.3 s). Only judged when the machine was not starving the generator itself.
-    if report["send_lag_p99_ms"] < 100:
-        latencies = report["records"]["latency_ms"]
-        slow = sum(1 for lat in latencies if lat is not None and lat > 1000)
-        assert slow <= 0.005 * len(latencies), f"{slow} requests took > 1 s"
     assert [r.delay_us for r in results] == delays
     assert live_delay(asyncio.run(get_model_config(server.url, MODEL))) == delays[-1]
     after = scrape(server.metrics_url, MODEL)
@@ -114,6 +108,16 @@ def test_reload_is_hitless_under_load_and_keeps_counters(server: TritonProcess) 
     gained = after - before
     assert gained.get("nv_inference_request_success") == report["ok"]
     assert gained.get("nv_inference_request_failure") == 0
+    # Over gRPC no request waits for the reload (over HTTP, 10-15 per reload waited the
+    # whole 1.6-2.3 s, in Triton's HTTP frontend, where its own latency counters do not see
+    # it: only the clients' latency shows it). A generator that cannot keep its own schedule
+    # (send-lag p99 >= 100 ms) inflates every client latency, so the wait is not judged then.
+    latencies = report["records"]["latency_ms"]
+    slow = sum(1 for lat in latencies if lat is not None and lat > 1000)
+    if report["send_lag_p99_ms"] >= 100:
+        pytest.skip(f"reload wait not judged: load generator's send lag p99 "
+                    f"{report['send_lag_p99_ms']} ms >= 100 ms ({slow} requests took > 1 s)")
+    assert slow <= 0.005 * len(latencies), f"{slow} requests took > 1 s"
 
 
 def test_rejected_config_keeps_old_one_serving(server: TritonProcess) -> None:

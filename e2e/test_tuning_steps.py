@@ -12,21 +12,23 @@ and 40 req/s is served by one. The simulator with the same policy agrees (delay 
 40 req/s, delay cut and 1 -> 2+ replicas at 350).
 
 What is asserted is behaviour, not speed:
-- the step up gets a decision that adds replicas and/or changes the delay;
-- the step down gives replicas back (scaleDownStabilizationSeconds is 30 here, not 300);
+- the step up gets a decision that moves the right way: more replicas, or a shorter delay
+  (near capacity the delay buys nothing and costs latency, so a longer one is wrong);
+- the step down gives replicas back (scaleDownStabilizationSeconds is 30 here, not 300),
+  unless Triton's own p99 was over the SLO in the step down (the policy must then hold);
 - no request failed while the delay was reloaded live: every failed request, if any, went to
-  a pod removed by the scale-down, after it was decided (and, on a machine that is not
-  starved, none failed at all: removed pods drain for their preStop sleep);
-- once settled (the last SETTLED_S of each step), the client-side p99 is within the SLO with
-  TOLERANCE: client latencies include the HTTP round trip and the generator's scheduling on
-  the same two cores as Triton (measured 1-3 ms at these rates).
-The give-back and p99 checks need a machine that is not starved: they are made only when the
-generator kept its own schedule (send-lag p99 < 100 ms, and for p99 within the SLO's
-tolerance, 10 ms, since client latencies include that lag), as in e2e/test_triton.py; else the
-figures are printed and only the step-up answer and hitlessness are asserted. (Seen on a
-machine at load 5 on 2 cores: Triton's p99 lagged the drained backlog by a minute and the
-policy scaled up again after the step down.) The high step's p99 is also skipped when a
-scaled-out pod was not Ready yet (once, its Triton took 80 s to load the model).
+  a pod removed by the scale-down, after it was decided (and, on a machine that keeps the
+  generator on schedule, none failed at all: removed pods drain for their preStop sleep);
+- once settled (the last SETTLED_S of each step), p99 is within the SLO with TOLERANCE.
+  Which p99: the clients' own when the generator kept its schedule (send-lag p99 within the
+  tolerance, 10 ms: client latencies include that lag and the HTTP round trip); otherwise
+  Triton's own p99 from the stack's Prometheus at the end of the step (queue + compute,
+  server side, what the policy reads), which the generator's lag does not inflate. So the
+  p99 is judged on a busy machine too. (Seen: send lag p99 40 ms, clients' p99 53 ms with
+  Triton's at 37 ms.)
+What cannot be judged on this run (no Prometheus series; a scaled-out pod not Ready yet,
+once its Triton took 80 s to load the model; a starved generator for the no-failure check)
+is reported as a skip with the reason, after everything else was asserted.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ import json
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
@@ -115,7 +119,7 @@ def test_step_up_scales_out_step_down_gives_back_and_reloads_are_hitless(
         report = json.loads(out.read_text())
     finally:
         cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-    _judge(report, samples, t_start)
+    _judge(report, samples, t_start, stack.prometheus.url)
 
 
 def _get(cluster: Any) -> dict[str, Any]:
@@ -154,7 +158,9 @@ def _decisions(samples: list[dict[str, Any]], load_start: float) -> list[dict[st
     return sorted(seen.values(), key=lambda d: d["t"])
 
 
-def _judge(report: dict[str, Any], samples: list[dict[str, Any]], t_start: float) -> None:
+def _judge(
+    report: dict[str, Any], samples: list[dict[str, Any]], t_start: float, prometheus_url: str
+) -> None:
     # The load's clock (send_s, STEPS) starts when the generator does, after its imports.
     skew = report["start_unix"] - t_start
     samples = [{**s, "t": round(s["t"] - skew, 1)} for s in samples]
@@ -174,9 +180,11 @@ def _judge(report: dict[str, Any], samples: list[dict[str, Any]], t_start: float
     in_high = [d for d in decisions if up_at <= d["t"] < down_at + 2 * POLL_S]
     assert any(
         d["replicas"] > start["replicas"]
-        or d["maxQueueDelayMicroseconds"] != start["maxQueueDelayMicroseconds"]
+        or d["maxQueueDelayMicroseconds"] < start["maxQueueDelayMicroseconds"]
         for d in in_high
-    ), f"no decision answered the step up to {HIGH:g} req/s:\n{story}"
+    ), f"no decision answered the step up to {HIGH:g} req/s (more replicas or less delay):\n{story}"
+    wrong = [d for d in in_high if d["replicas"] < start["replicas"]]
+    assert not wrong, f"replicas given back during the step up to {HIGH:g} req/s:\n{story}"
 
     # Hitless: a failure is only allowed on a pod removed by the scale-down, after it.
     rec = report["records"]
@@ -191,41 +199,78 @@ def _judge(report: dict[str, Any], samples: list[dict[str, Any]], t_start: float
     ]
     assert not bad, f"{len(bad)} failed requests not explained by a scale-down: {bad[:10]}"
 
-    if report["send_lag_p99_ms"] >= STARVED_LAG_MS:
-        # The generator could not keep its own schedule: the machine is saturated by more
-        # than this test, latencies (Triton's p99 the policy reads included) measure that.
-        print(f"[steps] give-back and p99 not judged: send lag p99 "
-              f"{report['send_lag_p99_ms']} ms >= {STARVED_LAG_MS} ms (starved machine)")
-        return
-    # Removed pods drain (preStop sleep, honoured by the pod runner) longer than the load
-    # generator takes to drop them: on a machine that keeps its schedule nothing fails at all.
-    assert report["failed"] == 0, f"{report['failed']} failed requests: {report['errors']}"
+    unjudged: list[str] = []
+    lag = report["send_lag_p99_ms"]
+    if lag < STARVED_LAG_MS:
+        # Removed pods drain (preStop sleep, honoured by the pod runner) longer than the load
+        # generator takes to drop them: on a machine that keeps its schedule none fails.
+        assert report["failed"] == 0, f"{report['failed']} failed requests: {report['errors']}"
+    elif report["failed"]:
+        unjudged.append(f"{report['failed']} failures on removed pods not judged (send lag "
+                        f"p99 {lag} ms >= {STARVED_LAG_MS:g} ms: a starved machine)")
+
+    start_unix = report["start_unix"]
     peak = max(s["replicas"] for s in samples if up_at <= s["t"] <= down_at + 30)
     end = samples[-1]["replicas"]
-    if peak > 1:
-        assert end < peak, f"the step down gave no replica back ({peak} -> {end}):\n{story}"
-    else:
+    low_end = STEPS[2][1]
+    low_p99 = triton_p99(prometheus_url, low_end, start_unix, worst_of_s=low_end - down_at - 30)
+    print(f"[steps] Triton's worst p99 in the step down after 30 s: {low_p99} ms; replicas "
+          f"{peak} -> {end}")
+    if peak == 1:
         assert end == 1
+    elif low_p99 is not None and low_p99 > SLO_MS:
+        # The policy never scales down while the p99 it reads breaks the SLO: holding is right.
+        unjudged.append(f"give-back not judged: Triton's p99 {low_p99:.1f} ms > SLO in the "
+                        "step down (the machine was too slow to serve it)")
+    else:
+        assert end < peak, f"the step down gave no replica back ({peak} -> {end}):\n{story}"
 
-    if report["send_lag_p99_ms"] > SLO_MS * TOLERANCE:
-        # Client latencies include the generator's own lag: once that alone takes more than
-        # the tolerance, the clients' p99 measures the machine, not the loop (seen: send lag
-        # p99 40 ms, clients' p99 53 ms with Triton's at 37 ms).
-        print(f"[steps] p99 not judged: send lag p99 {report['send_lag_p99_ms']} ms > "
-              f"{SLO_MS * TOLERANCE:g} ms, the SLO's tolerance")
-        return
     for _, end_s, rps in (STEPS[1], STEPS[2]):
-        p99, n = client_p99(report["records"], end_s - SETTLED_S, end_s)
         settled = [s for s in samples if end_s - SETTLED_S <= s["t"] <= end_s]
-        print(f"[steps] settled p99 at {rps:g} req/s: {p99} ms over {n} requests; "
-              f"(replicas, ready): {sorted({(s['replicas'], s['ready']) for s in settled})}")
-        assert n > 0 and p99 is not None
+        shape = sorted({(s["replicas"], s["ready"]) for s in settled})
         if rps == HIGH and any(s["ready"] < s["replicas"] for s in settled):
             # The scaled-out pods' Triton had not loaded the model yet (seen once: 80 s on a
-            # saturated machine); the machine, not the loop, is measured.
-            print(f"[steps] p99 at {rps:g} req/s not judged: replicas not all Ready")
+            # saturated machine); the machine, not the loop, would be measured.
+            unjudged.append(f"p99 at {rps:g} req/s not judged: replicas not all Ready {shape}")
             continue
-        assert p99 <= SLO_MS * (1 + TOLERANCE), (
-            f"p99 {p99:.1f} ms over SLO {SLO_MS:g} ms (+{TOLERANCE:.0%}) in the last "
-            f"{SETTLED_S:g} s of the {rps:g} req/s step:\n{story}"
+        p99, n = client_p99(report["records"], end_s - SETTLED_S, end_s)
+        server = triton_p99(prometheus_url, end_s, start_unix)
+        print(f"[steps] settled p99 at {rps:g} req/s: clients {p99} ms over {n} requests, "
+              f"Triton {server} ms; (replicas, ready): {shape}")
+        assert n > 0 and p99 is not None
+        if lag <= SLO_MS * TOLERANCE:
+            which, value = "clients'", p99
+        elif server is not None:
+            which, value = "Triton's", server  # the generator's lag is not in it
+        else:
+            unjudged.append(f"p99 at {rps:g} req/s not judged: send lag p99 {lag} ms and no "
+                            "Triton p99 series in Prometheus")
+            continue
+        assert value <= SLO_MS * (1 + TOLERANCE), (
+            f"{which} p99 {value:.1f} ms over SLO {SLO_MS:g} ms (+{TOLERANCE:.0%}) in the last "
+            f"{SETTLED_S:g} s of the {rps:g} req/s step (send lag p99 {lag} ms):\n{story}"
         )
+    if unjudged:
+        pytest.skip("; ".join(unjudged))
+
+
+def triton_p99(
+    prometheus_url: str, t: float, start_unix: float, worst_of_s: float = 0.0
+) -> float | None:
+    """The worst pod's p99 (ms) from Triton's own summary (the policy's p99 query) at the
+    load's time `t`, or the highest it showed in the `worst_of_s` before. The summary covers
+    about the last minute of requests, so at a step's end it shows the settled step. None
+    when no pod reported one (a summary with no request in its window reports NaN)."""
+    series = (
+        f'nv_inference_request_summary_us{{quantile="0.99",batchedmodel="{NAME}",'
+        f'namespace="{NAMESPACE}"}}'
+    )
+    if worst_of_s:
+        series = f"max_over_time({series}[{worst_of_s:.0f}s])"
+    query = urllib.parse.urlencode({"query": f"max({series}) / 1000", "time": start_unix + t})
+    with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{query}", timeout=10) as resp:
+        result = json.load(resp)["data"]["result"]
+    if not result:
+        return None
+    value = float(result[0]["value"][1])
+    return None if value != value else round(value, 2)  # NaN: nothing observed

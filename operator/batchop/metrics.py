@@ -32,6 +32,8 @@ from prometheus_client import (
     start_http_server,
 )
 
+from batchop.api.errors import SpecError
+
 BM_LABELS = ("namespace", "batchedmodel")
 DEFAULT_PORT = 8000
 
@@ -243,7 +245,11 @@ class OperatorMetrics:
         rejected = number("rejectedPerSecond", where=status.get("metrics") or {})
         if rejected is not None:
             self.rejected.labels(namespace, name).set(rejected)
-        self.queue_timeout.labels(namespace, name).set(_queue_timeout_us(bm))
+        try:
+            self.queue_timeout.labels(namespace, name).set(_queue_timeout_us(bm))
+        except SpecError:  # a spec the API would refuse runs no known timeout: no sample
+            with suppress(KeyError):
+                self.queue_timeout.remove(namespace, name)
         for cond in status.get("conditions") or []:
             if cond.get("type") and cond.get("status") in ("True", "False"):
                 self.set_condition(namespace, name, str(cond["type"]), cond["status"] == "True")

@@ -346,7 +346,7 @@ MUTATIONS: list[tuple[str, Callable[[Manifest], None], str]] = [
     (
         "profile-zero-ms",
         _set("spec.model.latencyProfile", [{"batchSize": 1, "milliseconds": 0}]),
-        "spec.model.latencyProfile.0.milliseconds",
+        "spec.model.latencyProfile[0].milliseconds",
     ),
     ("overload-unknown-policy", _set("spec.overload.policy", "Drop"), "spec.overload.policy"),
     (
@@ -453,7 +453,9 @@ def crd_admission(manifest: Manifest) -> tuple[Manifest, list[str]]:
     errors = []
     validator = jsonschema.Draft4Validator(_closed(schema))
     for error in validator.iter_errors(obj):
-        where = ".".join(str(p) for p in error.absolute_path)
+        where = "".join(
+            f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path
+        )  # list items as the API server names them: latencyProfile[0].milliseconds
         if error.validator == "additionalProperties":
             extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
             where = ".".join(filter(None, [where, *extra]))

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from controller_fakes import World
 
+from batchop.api.tuning_spec import manifest_tuning_spec as tuning_spec
 from batchop.controller.autotune import (
     applied_delay,
     desired_delay,
     pods_to_reload,
     tuner_status,
-    tuning_spec,
 )
 from batchop.controller.handlers import slim_model
 from batchop.controller.tuning_loop import TuningLoop

@@ -106,6 +106,7 @@ def test_observe_model_sets_gauges_from_spec_and_status() -> None:
     bm_obj = {
         "metadata": {"namespace": "ml", "name": "resnet"},
         "spec": {
+            "model": {"name": "resnet", "repository": "/models", "maxBatchSize": 8},
             "scaling": {"replicas": 3},
             "batching": {"maxQueueDelayMicroseconds": 500},
             "slo": {"p99LatencyMilliseconds": 40},

@@ -256,7 +256,7 @@ def test_reject_keeps_served_latency_bounded_and_counts_refusals() -> None:
 def test_queue_policy_waits_seconds_where_reject_refuses() -> None:
     trace = constant_trace(2 * LINEAR.capacity_rps(), 30)
     _, rejected = guarded_run(trace, seed=31)
-    spec = TuningSpec(slo_ms=40.0, max_batch_size=16, start_delay_us=1000)  # Queue
+    spec = TuningSpec(slo_ms=40.0, max_batch_size=16, start_delay_us=1000, overload_reject=False)
     queued = summarize(simulate(LINEAR, trace, spec, SimPolicy("static", static_policy(1000, 1)),
                                 SimConfig(seed=31)), 40.0)
     assert queued["rejected"] == 0 and queued["served_p99_ms"] > 5000

@@ -939,8 +939,14 @@ class BatchedModel(BaseModel):
 
 
 def _location(error: dict[str, Any]) -> str:
-    loc = [str(part) for part in error["loc"]]
-    return ".".join(loc)
+    """`spec.model.latencyProfile[0].milliseconds`: list items as the API server names them."""
+    path = ""
+    for part in error["loc"]:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
 
 
 def violations(exc: ValidationError) -> list[Violation]:

@@ -144,9 +144,11 @@ def _static_replicas(profile: Any, trace_path: Path, scale: float, slo_ms: float
 def run(args: argparse.Namespace) -> int:
     from concurrent.futures import ProcessPoolExecutor
 
+    from batchop.provenance import Provenance
     from batchop.sim.profile import ProfileError, load_profile
     from batchop.sim.trace import TraceError, load_trace
 
+    provenance = Provenance.start(program="batchop")
     shared = shared_dir()
     profiles = _expand(args.profiles, shared / "profiles", "*.yaml")
     traces = _expand(args.traces, shared / "traces", "*.csv")
@@ -201,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {
+        "provenance": provenance.finish().as_dict(),
         "seed": args.seed,
         "max_replicas": MAX_REPLICAS,
         "wall_s": round(time.perf_counter() - started, 1),
@@ -210,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     }
     (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     table = markdown(rows)
-    (out / "bench.md").write_text(table)
+    (out / "bench.md").write_text(f"# batchop bench\n\n{provenance.markdown()}\n{table}")
     print(table)
     print(f"wrote {out / 'bench.md'} and {out / 'bench.json'}", file=sys.stderr)
     return 0

@@ -45,10 +45,10 @@ def _check(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from batchop.api.tuning_spec import profile_tuning_spec
     from batchop.sim.profile import ProfileError, load_profile
     from batchop.tuning.curve import prior_curve
     from batchop.tuning.policy import recommend
-    from batchop.tuning.types import TuningSpec
 
     problem = _check(args)
     if problem:
@@ -59,15 +59,13 @@ def run(args: argparse.Namespace) -> int:
     except ProfileError as exc:
         print(f"batchop plan: {exc}", file=sys.stderr)
         return 2
-    spec = TuningSpec(
-        slo_ms=args.slo_ms,
-        max_batch_size=profile.max_batch_size,
+    spec = profile_tuning_spec(
+        profile,
+        args.slo_ms,
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
         min_delay_us=args.min_delay_us,
         max_delay_us=args.max_delay_us,
-        gpus_per_replica=profile.gpus_per_replica,
-        prior_batch_latency_ms=profile.batch_latency_ms,
     )
     plan = recommend(prior_curve(profile.batch_latency_ms), args.rps, spec)
     if args.json:

@@ -60,11 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def build_spec(args: argparse.Namespace, profile: Any) -> Any:
-    from batchop.tuning.types import TuningSpec
+    from batchop.api.tuning_spec import profile_tuning_spec
 
-    return TuningSpec(
-        slo_ms=args.slo_ms,
-        max_batch_size=profile.max_batch_size,
+    return profile_tuning_spec(
+        profile,
+        args.slo_ms,
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
         min_delay_us=args.min_delay_us,
@@ -72,8 +72,6 @@ def build_spec(args: argparse.Namespace, profile: Any) -> Any:
         start_delay_us=args.delay_us,
         start_replicas=args.replicas,
         interval_s=args.interval,
-        gpus_per_replica=profile.gpus_per_replica,
-        prior_batch_latency_ms=profile.batch_latency_ms,
         overload_reject=args.overload == "reject",
         queue_timeout_us=args.queue_timeout_us or None,
         max_queue_size=args.max_queue_size,

@@ -1,5 +1,6 @@
-"""The tuning loop's pure parts: BatchedModel -> TuningSpec, desired delay, which pods need a
-reload, and the status the tuner writes. No I/O; `tuning_loop.py` is the shell.
+"""The tuning loop's pure parts: desired delay, which pods need a reload, and the status the
+tuner writes. No I/O; `tuning_loop.py` is the shell. The BatchedModel -> TuningSpec mapping
+is `batchop.api.tuning_spec.manifest_tuning_spec`, shared with the simulator and plan.
 
 Durable intent: a decision is recorded in `status.lastDecision` (replicas and delay) before
 anything acts on it. The Deployment is rendered from it (reconcile.tuned_replicas) and each
@@ -16,11 +17,27 @@ from datetime import datetime
 from typing import Any
 
 from batchop.api.constants import ANNOTATION_DELAY, ANNOTATION_QUEUE_POLICY, PORT_HTTP
+from batchop.api.models import AutotuneSpec, BatchingSpec
+from batchop.api.tuning_spec import manifest_tuning_spec
 from batchop.controller.status import Condition, format_time, merge_conditions
 from batchop.tuning.overload import QueuePolicy, queue_policy
 from batchop.tuning.types import Decision, Observation, TuningSpec
 
 TUNER_CONDITIONS = ("SLOMet", "MetricsAvailable")
+
+
+def _default(section: type[Any], field: str) -> Any:
+    return section.model_fields[field].default
+
+
+# The API's defaults, for the reads below that run for every model on every poll and so
+# skip the full parse `tuning_spec` does (the API server fills these in anyway).
+TUNE_DELAY = _default(AutotuneSpec, "queue_delay")
+TUNE_REPLICAS = _default(AutotuneSpec, "replicas")
+INTERVAL_S = _default(AutotuneSpec, "interval_seconds")
+DELAY_US = _default(BatchingSpec, "max_queue_delay_microseconds")
+MIN_DELAY_US = _default(BatchingSpec, "min_queue_delay_microseconds")
+MAX_DELAY_US = _default(BatchingSpec, "max_queue_delay_limit_microseconds")
 
 
 def _spec(bm: Mapping[str, Any], *path: str, default: Any = None) -> Any:
@@ -34,60 +51,32 @@ def _spec(bm: Mapping[str, Any], *path: str, default: Any = None) -> Any:
 
 def tunes(bm: Mapping[str, Any]) -> bool:
     """Whether the tuner has anything to do for this BatchedModel."""
-    return bool(_spec(bm, "autotune", "queueDelay", default=True)) or bool(
-        _spec(bm, "autotune", "replicas", default=True)
+    return bool(_spec(bm, "autotune", "queueDelay", default=TUNE_DELAY)) or bool(
+        _spec(bm, "autotune", "replicas", default=TUNE_REPLICAS)
     )
 
 
-def tuning_spec(bm: Mapping[str, Any]) -> TuningSpec:
-    """The policy's view of a BatchedModel's spec (API defaults assumed where absent)."""
-    limit = int(_spec(bm, "batching", "maxQueueDelayLimitMicroseconds", default=20_000))
-    return TuningSpec(
-        slo_ms=float(_spec(bm, "slo", "p99LatencyMilliseconds", default=50.0)),
-        max_batch_size=int(_spec(bm, "model", "maxBatchSize", default=1)),
-        min_replicas=int(_spec(bm, "scaling", "minReplicas", default=1)),
-        max_replicas=int(_spec(bm, "scaling", "maxReplicas", default=8)),
-        min_delay_us=int(_spec(bm, "batching", "minQueueDelayMicroseconds", default=0)),
-        max_delay_us=limit,
-        start_delay_us=int(_spec(bm, "batching", "maxQueueDelayMicroseconds", default=500)),
-        start_replicas=int(_spec(bm, "scaling", "replicas", default=1)),
-        preferred_batch_sizes=tuple(_spec(bm, "model", "preferredBatchSizes", default=()) or ()),
-        tune_delay=bool(_spec(bm, "autotune", "queueDelay", default=True)),
-        tune_replicas=bool(_spec(bm, "autotune", "replicas", default=True)),
-        interval_s=float(_spec(bm, "autotune", "intervalSeconds", default=30)),
-        scale_down_window_s=float(
-            _spec(bm, "autotune", "scaleDownStabilizationSeconds", default=300)
-        ),
-        gpus_per_replica=int(_spec(bm, "server", "gpus", default=1)),
-        prior_batch_latency_ms=tuple(
-            sorted(
-                (int(p["batchSize"]), float(p["milliseconds"]))
-                for p in _spec(bm, "model", "latencyProfile", default=()) or ()
-            )
-        ),
-        overload_reject=_spec(bm, "overload", "policy", default="Reject") == "Reject",
-        queue_timeout_us=int(_spec(bm, "overload", "queueTimeoutMicroseconds", default=0))
-        or None,
-        max_queue_size=int(_spec(bm, "overload", "maxQueueSize", default=0)),
-    )
+def interval_s(bm: Mapping[str, Any]) -> float:
+    """Seconds between this model's tuning decisions."""
+    return float(_spec(bm, "autotune", "intervalSeconds", default=INTERVAL_S))
 
 
 def desired_delay(bm: Mapping[str, Any]) -> int:
     """The delay every ready pod should run: the tuner's decision, else the spec's value."""
-    spec_delay = int(_spec(bm, "batching", "maxQueueDelayMicroseconds", default=500))
-    if not _spec(bm, "autotune", "queueDelay", default=True):
+    spec_delay = int(_spec(bm, "batching", "maxQueueDelayMicroseconds", default=DELAY_US))
+    if not _spec(bm, "autotune", "queueDelay", default=TUNE_DELAY):
         return spec_delay
     decided = ((bm.get("status") or {}).get("lastDecision") or {}).get("maxQueueDelayMicroseconds")
     if not isinstance(decided, int) or isinstance(decided, bool):
         return spec_delay
-    low = int(_spec(bm, "batching", "minQueueDelayMicroseconds", default=0))
-    high = int(_spec(bm, "batching", "maxQueueDelayLimitMicroseconds", default=decided))
+    low = int(_spec(bm, "batching", "minQueueDelayMicroseconds", default=MIN_DELAY_US))
+    high = int(_spec(bm, "batching", "maxQueueDelayLimitMicroseconds", default=MAX_DELAY_US))
     return max(low, min(high, decided))
 
 
 def desired_queue_policy(bm: Mapping[str, Any]) -> QueuePolicy:
     """The queue policy every ready pod should run (spec.overload, defaults derived)."""
-    return queue_policy(tuning_spec(bm))
+    return queue_policy(manifest_tuning_spec(bm))
 
 
 def pod_ready(pod: Mapping[str, Any]) -> bool:

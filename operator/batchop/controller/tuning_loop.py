@@ -31,15 +31,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from batchop.api.constants import ANNOTATION_DELAY, ANNOTATION_QUEUE_POLICY
+from batchop.api.tuning_spec import manifest_tuning_spec
 from batchop.controller.autotune import (
     applied_delay,
     desired_delay,
     desired_queue_policy,
+    interval_s,
     pods_to_reload,
     triton_url,
     tuner_status,
     tunes,
-    tuning_spec,
 )
 from batchop.controller.handlers import Handlers
 from batchop.tuning.overload import QueuePolicy
@@ -132,10 +133,7 @@ class TuningLoop:
                 self.retries.pop(stale)
         due: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for bm in live:
-            interval = float(
-                ((bm.get("spec") or {}).get("autotune") or {}).get("intervalSeconds", 30)
-            )
-            if now - self.last_tuned.get(_key(bm), -1e18) >= interval:
+            if now - self.last_tuned.get(_key(bm), -1e18) >= interval_s(bm):
                 url = ((bm.get("spec") or {}).get("autotune") or {}).get("prometheusUrl")
                 due[url or self.prometheus_url].append(bm)
         with _timed_tick():
@@ -197,7 +195,7 @@ class TuningLoop:
         key = _key(bm)
         indexed = _version(bm)
         bm = self._current(bm)
-        spec = tuning_spec(bm)
+        spec = manifest_tuning_spec(bm)
         deployment, pods = self.handlers.lookup(*key)
         dep_spec = (deployment or {}).get("spec") or {}
         dep_status = (deployment or {}).get("status") or {}

@@ -91,7 +91,7 @@ class Plan:
     avg_batch: float
     gpu_ms_per_inference: float
     busy: float  # GPU busy fraction per replica
-    rps_per_gpu: float  # the rate served per allocated GPU
+    rps_per_gpu: float  # the rate served per allocated GPU (per replica for a CPU model)
     capacity_rps_per_replica: float  # most one replica serves at the SLO margin
     feasible: bool  # False: even max replicas miss the margin
     slo_ms: float
@@ -516,7 +516,7 @@ def recommend(latency: LatencyCurve, rps: float, spec: TuningSpec) -> Plan:
         avg_batch=served.avg_batch,
         gpu_ms_per_inference=served.gpu_ms_per_inference,
         busy=served.busy,
-        rps_per_gpu=rps / (n * spec.gpus_per_replica) if n else 0.0,
+        rps_per_gpu=rps / (n * max(1, spec.gpus_per_replica)) if n else 0.0,
         capacity_rps_per_replica=cap,
         feasible=planned.p99_ms <= model.target,
         slo_ms=spec.slo_ms,

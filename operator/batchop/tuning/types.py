@@ -27,7 +27,7 @@ class TuningSpec:
     tune_delay: bool = True
     tune_replicas: bool = True
     interval_s: float = 30.0
-    gpus_per_replica: int = 1
+    gpus_per_replica: int = 1  # spec.server.gpus; 0 = a CPU model
     # Optional prior for the batch-latency curve: (batch size, milliseconds) points, e.g.
     # from a profile. The policy refines it from observations.
     prior_batch_latency_ms: tuple[tuple[int, float], ...] = ()
@@ -35,10 +35,9 @@ class TuningSpec:
     # this long (spec.autotune.scaleDownStabilizationSeconds; the HPA's default).
     scale_down_window_s: float = 300.0
     # Overload guard (spec.overload): refuse requests that waited past the queue timeout
-    # (None: derived, see tuning.overload) or arrive to a full queue (0: unbounded).
-    # False here (Triton's default, no refusals) for callers that build a spec by hand; the
-    # API's default is Reject.
-    overload_reject: bool = False
+    # (None: derived, see tuning.overload) or arrive to a full queue (0: unbounded). On by
+    # default, as in the API.
+    overload_reject: bool = True
     queue_timeout_us: int | None = None
     max_queue_size: int = 0
 
