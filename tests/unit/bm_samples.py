@@ -12,6 +12,7 @@ enforce the same API.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -363,9 +364,11 @@ MUTATIONS: list[tuple[str, Callable[[Manifest], None], str]] = [
     (
         "timeout-beyond-slo",
         lambda m: (
+            _set("spec.batching.minQueueDelayMicroseconds", 0)(m),
+            _set("spec.batching.maxQueueDelayMicroseconds", 500)(m),
             _set("spec.batching.maxQueueDelayLimitMicroseconds", 1000)(m),
             _set("spec.overload.queueTimeoutMicroseconds",
-                 int(m["spec"]["slo"]["p99LatencyMilliseconds"] * 1000))(m),
+                 math.ceil(m["spec"]["slo"]["p99LatencyMilliseconds"] * 1000))(m),
         ),
         "spec.overload.queueTimeoutMicroseconds",
     ),

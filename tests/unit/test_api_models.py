@@ -66,7 +66,8 @@ def test_wire_format_is_camel_case() -> None:
     assert dumped["spec"]["batching"]["maxQueueDelayMicroseconds"] == 800
     assert set(dumped["spec"]["slo"]) == {"p99LatencyMilliseconds"}
     assert set(dumped["spec"]["autotune"]) == {
-        "queueDelay", "replicas", "intervalSeconds", "scaleDownStabilizationSeconds"
+        "queueDelay", "replicas", "intervalSeconds", "scaleDownStabilizationSeconds",
+        "burstMemorySeconds", "forecast",
     }
 
 

@@ -51,7 +51,7 @@ def test_tuning_spec_follows_the_batchedmodel() -> None:
     )
     assert spec.max_delay_us == s["batching"]["maxQueueDelayLimitMicroseconds"]
     assert spec.interval_s == s["autotune"]["intervalSeconds"]
-    assert spec.scale_down_window_s == 300  # the API's default when the field is absent
+    assert spec.scale_down_window_s == 60  # the API's default when the field is absent
     s["autotune"]["scaleDownStabilizationSeconds"] = 45
     assert tuning_spec(w.cluster.model).scale_down_window_s == 45
 

@@ -234,7 +234,7 @@ def test_noisy_steady_load_rarely_changes(loop, noise: float, rps: float, seed: 
 @settings(max_examples=40, deadline=None)
 def test_scale_down_only_after_stabilisation_window(loop, high: float, window: float) -> None:
     spec, pts = loop
-    spec = replace(spec, scale_down_window_s=window)
+    spec = replace(spec, scale_down_window_s=window, peak_memory_s=0.0)  # the window alone
     per_tick = int(window / spec.interval_s)
     rates = [high] * 10 + [high / 20] * (3 * per_tick)
     history = _run(spec, pts, rates, 1, 0)
@@ -305,7 +305,8 @@ def test_p99_lagging_a_fall_in_load_does_not_scale_up() -> None:
     """After the load falls, Triton's p99 summary still shows the heavier minute: that p99
     over the SLO must not force a scale-up until P99_WINDOW_S has passed; then it does."""
     spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10, min_delay_us=0,
-                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO)
+                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO,
+                      scale_down_window_s=300.0)  # no scale-down meanwhile to reset the wait
     high = _plant(spec, CPU_DEMO, 0.0, 1600.0, 2, 0)
     state = decide(high, spec, TuningState()).state
     low = replace(_plant(spec, CPU_DEMO, 0.0, 200.0, 2, 0), p99_ms=80.0)
@@ -316,11 +317,13 @@ def test_p99_lagging_a_fall_in_load_does_not_scale_up() -> None:
         lagging.append(dec.replicas)
         state, t = dec.state, t + spec.interval_s
     assert len(lagging) >= 2 and max(lagging) == replicas
-    # Past the window a p99 still over the SLO is believed (after the usual confirmation).
+    # Past the window a p99 still over the SLO is believed.
+    believed = []
     for _ in range(2):
         dec = decide(replace(low, time_s=t), spec, state)
+        believed.append(dec)
         state, t = dec.state, t + spec.interval_s
-    assert dec.replicas > replicas and "p99 80 ms > SLO 50 ms" in dec.reason
+    assert any(d.replicas > replicas and "p99 80 ms > SLO 50 ms" in d.reason for d in believed)
 
 
 def test_unknown_curve_holds_until_traffic() -> None:

@@ -705,11 +705,24 @@ class AutotuneSpec(APIModel):
         default=30, ge=5, le=3600, description="Seconds between tuning decisions."
     )
     scale_down_stabilization_seconds: int = Field(
-        default=300,
+        default=60,
         ge=0,
         le=3600,
         description="Replicas fall only to the highest count recommended over this many "
-        "seconds (as the HPA's scale-down stabilization window).",
+        "seconds (as the HPA's scale-down stabilization window). Short by default: the "
+        "burst memory, not this window, holds replicas between bursts.",
+    )
+    burst_memory_seconds: int = Field(
+        default=600,
+        ge=0,
+        le=3600,
+        description="Replicas stay sized for the highest short-window arrival rate seen "
+        "this many seconds; then that peak fades linearly over as long again.",
+    )
+    forecast: bool = Field(
+        default=False,
+        description="Floor replicas by a linear trend of the last 10 minutes' rate, ahead "
+        "by the replicas' startup time (off: on bursty traffic a trend mostly adds GPUs).",
     )
     prometheus_url: str | None = Field(
         default=None,

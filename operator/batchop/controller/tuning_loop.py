@@ -43,6 +43,7 @@ from batchop.controller.autotune import (
     tunes,
 )
 from batchop.controller.handlers import Handlers
+from batchop.tuning.forecast import HISTORY_S as FORECAST_HISTORY_S
 from batchop.tuning.overload import QueuePolicy
 from batchop.tuning.types import TuningState
 
@@ -138,7 +139,8 @@ class TuningLoop:
                 due[url or self.prometheus_url].append(bm)
         with _timed_tick():
             for url, models in due.items():
-                parts, missing = self._observe(url)
+                history_s = FORECAST_HISTORY_S if any(_forecast(bm) for bm in models) else 0.0
+                parts, missing = self._observe(url, history_s)
                 for bm in models:
                     self.last_tuned[_key(bm)] = now
                     try:
@@ -176,13 +178,15 @@ class TuningLoop:
             return ours
         return bm
 
-    def _observe(self, url: str) -> tuple[dict[ModelKey, Any], str | None]:
+    def _observe(self, url: str, history_s: float = 0.0) -> tuple[dict[ModelKey, Any], str | None]:
         from batchop.observe.prometheus import PrometheusUnavailable
 
         observer = self._observers.get(url)
         if observer is None:
             observer = self._observers[url] = self.observer_factory(url)
         try:
+            if history_s > 0:
+                return dict(observer.observe(history_s)), None
             return dict(observer.observe()), None
         except PrometheusUnavailable as exc:
             return {}, f"Prometheus unavailable: {exc}"
@@ -284,6 +288,11 @@ class TuningLoop:
             self.retries.pop(stale)
         failing = {k[1]: r.reason for k, r in self.retries.items() if k[0] == key}
         self.handlers.set_laggards(bm, delay, failing)
+
+
+def _forecast(bm: Mapping[str, Any]) -> bool:
+    """spec.autotune.forecast, read without a full parse (the tick checks every due model)."""
+    return ((bm.get("spec") or {}).get("autotune") or {}).get("forecast") is True
 
 
 def _key(bm: Mapping[str, Any]) -> ModelKey:

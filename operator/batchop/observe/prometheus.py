@@ -29,6 +29,33 @@ GROUP = f"namespace, {BM_LABEL}"
 Key = tuple[str, str]  # (namespace, BatchedModel name)
 
 
+# What arrives: served requests and those the queue policy refused (success carries no
+# `reason` label, the refusals carry reason="REJECTED").
+ARRIVALS = (
+    '{__name__=~"nv_inference_request_success|nv_inference_request_failure",reason=~"|REJECTED"}'
+)
+
+
+def duration_s(window: str) -> float:
+    """Seconds in a PromQL duration such as "30s", "1m" or "1m30s". Pure."""
+    total, number = 0.0, ""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    rest = window
+    while rest:
+        if rest[0].isdigit():
+            number += rest[0]
+            rest = rest[1:]
+            continue
+        unit = "ms" if rest.startswith("ms") else rest[0]
+        if unit not in units or not number:
+            raise ValueError(f"not a PromQL duration: {window!r}")
+        total += int(number) * units[unit]
+        number, rest = "", rest[len(unit):]
+    if number or total <= 0:
+        raise ValueError(f"not a PromQL duration: {window!r}")
+    return total
+
+
 class PrometheusUnavailable(RuntimeError):
     """Prometheus did not answer (down, unreachable, or an error reply): hold, don't act."""
 
@@ -54,6 +81,12 @@ def build_queries(window: str = "1m") -> dict[str, str]:
         # Requests the queue policy refused (spec.overload): Triton 2.51 counts them in
         # its failure counter under reason="REJECTED".
         "rejected_rps": rate('nv_inference_request_failure{reason="REJECTED"}'),
+        # The highest per-scrape arrival rate over the window (irate under max_over_time, at
+        # a quarter of the window): the burst that the window's mean averages away.
+        "peak_rps": (
+            f"max_over_time((sum by ({GROUP}) (irate({ARRIVALS}[{window}])))"
+            f"[{window}:{max(1, int(duration_s(window) / 4))}s])"
+        ),
         # Age of the freshest sample per BatchedModel: stale data must not drive scaling.
         "age_s": f"min by ({GROUP}) (time() - timestamp(nv_inference_request_success))",
         "scraped_pods": f'count by ({GROUP}) (up{{{BM_LABEL}!=""}} == 1)',
@@ -90,6 +123,8 @@ class ObservationParts:
     p99_ms: float | None = None
     pending: float | None = None
     rejected_rps: float | None = None
+    peak_rps: float | None = None
+    rate_history: tuple[tuple[float, float], ...] = ()
     age_s: float | None = None
     scraped_pods: int = 0
     missing: tuple[str, ...] = field(default_factory=tuple)
@@ -117,6 +152,7 @@ def assemble(per_metric: dict[str, dict[Key, float | None]]) -> dict[Key, Observ
         out[key] = ObservationParts(
             **values,
             rejected_rps=per_metric.get("rejected_rps", {}).get(key),
+            peak_rps=per_metric.get("peak_rps", {}).get(key),
             age_s=per_metric.get("age_s", {}).get(key),
             scraped_pods=int(pods or 0),
             missing=missing,
@@ -163,6 +199,8 @@ def build_observation(
         p99_ms=parts.p99_ms,
         pending=parts.pending,
         rejected_rps=parts.rejected_rps,
+        peak_rps=parts.peak_rps,
+        rate_history=parts.rate_history,
         age_s=age,
     )
 
@@ -179,6 +217,7 @@ class PrometheusObserver:
 
         self.url = url
         self.queries = build_queries(window)
+        self.history_query = history_query(window)
         self.timeout_s = timeout_s
         self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
         self.queries_sent = 0
@@ -193,13 +232,71 @@ class PrometheusObserver:
         except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
             raise PrometheusUnavailable(f"prometheus at {self.url}: {exc}") from exc
 
-    def observe(self) -> dict[Key, ObservationParts]:
+    def observe(self, history_s: float = 0.0) -> dict[Key, ObservationParts]:
         """One query per metric, each timed (and counted when it fails) in the operator's
-        metrics under its part name, so the dashboard shows how slow Prometheus is."""
+        metrics under its part name, so the dashboard shows how slow Prometheus is. With
+        `history_s`, one range query more brings every model's recent arrival rate (for the
+        forecast): the tick's cost stays bounded whatever the number of models."""
         from batchop.metrics import time_query
 
         per_metric: dict[str, dict[Key, float | None]] = {}
         for name, promql in self.queries.items():
             with time_query(name):
                 per_metric[name] = parse_vector(self.query(promql))
-        return assemble(per_metric)
+        parts = assemble(per_metric)
+        if history_s > 0:
+            with time_query("rate_history"):
+                history = parse_matrix(self.query_range(self.history_query, history_s))
+            parts = {
+                key: replace(p, rate_history=history.get(key, ())) for key, p in parts.items()
+            }
+        return parts
+
+    def query_range(self, promql: str, history_s: float) -> list[dict[str, Any]]:
+        import time
+        from datetime import datetime
+
+        import requests
+        from prometheus_api_client.exceptions import PrometheusApiClientException
+
+        self.queries_sent += 1
+        end = time.time()
+        step = max(1, int(history_s / HISTORY_POINTS))
+        try:
+            return list(self._prom.custom_query_range(
+                promql,
+                start_time=datetime.fromtimestamp(end - history_s),
+                end_time=datetime.fromtimestamp(end),
+                step=f"{step}s",
+            ))
+        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
+            raise PrometheusUnavailable(f"prometheus at {self.url}: {exc}") from exc
+
+
+HISTORY_POINTS = 20  # points per model in the forecast's range query
+
+
+def history_query(window: str) -> str:
+    """Every model's arrival rate (served + refused), for a range query. Pure."""
+    return f"sum by ({GROUP}) (rate({ARRIVALS}[{window}]))"
+
+
+def parse_matrix(result: list[dict[str, Any]]) -> dict[Key, tuple[tuple[float, float], ...]]:
+    """Map a range-query reply to {(namespace, name): ((t, value), ...)}, finite values
+    only, oldest first. Pure."""
+    out: dict[Key, tuple[tuple[float, float], ...]] = {}
+    for series in result:
+        metric = series.get("metric", {})
+        ns, name = metric.get("namespace"), metric.get(BM_LABEL)
+        if not ns or not name:
+            continue
+        points = []
+        for pair in series.get("values") or []:
+            try:
+                t, v = float(pair[0]), float(pair[1])
+            except (IndexError, TypeError, ValueError):
+                continue
+            if math.isfinite(t) and math.isfinite(v):
+                points.append((t, v))
+        out[(ns, name)] = tuple(sorted(points))
+    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from batchop.sim.batcher import BatcherConfig, Replica, RequestStore, advance
 from batchop.sim.profile import Profile
 from batchop.sim.scrape import Sample, observe, scrape
 from batchop.sim.trace import Trace
+from batchop.tuning.forecast import HISTORY_S as FORECAST_HISTORY_S
 from batchop.tuning.overload import queue_policy
 from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 
@@ -163,6 +164,7 @@ def simulate(
     step = config.closed_loop_step_s or max(1e-4, lat_s[1])
     end = trace.end
     state = TuningState()
+    rate_history: tuple[tuple[float, float], ...] = ()  # the forecast's range query
     samples: list[Sample] = []
     history = [(0.0, len(cluster.active), len(cluster.ready(0.0)), cluster.delay_us)]
     run = SimRun(profile, trace, spec, policy.name, config, store, cluster.pods, history)
@@ -214,7 +216,12 @@ def simulate(
                 len(cluster.active),
                 len(cluster.ready(t)),
                 cluster.delay_us,
+                peak_window_s=interval,
             )
+            if spec.forecast:
+                rate_history = (*rate_history, (t, (obs.rps or 0.0) + (obs.rejected_rps or 0.0)))
+                rate_history = tuple(p for p in rate_history if p[0] > t - FORECAST_HISTORY_S)
+                obs = replace(obs, rate_history=rate_history)
             decision = policy.decide(obs, spec, state)
             state = decision.state
             run.observations.append(obs)

@@ -91,9 +91,11 @@ def observe(
     replicas: int,
     ready: int,
     delay_us: int,
+    peak_window_s: float = 30.0,
 ) -> Observation:
     """Build the controller's Observation from scraped samples, as PromQL `rate(x[window])`
-    summed over pods and `max` of the pods' summary p99 would."""
+    summed over pods and `max` of the pods' summary p99 would; `peak_rps` as the highest
+    per-scrape arrival rate over the last `peak_window_s` (the operator's subquery)."""
     base = Observation(time_s=t, replicas=replicas, ready_replicas=ready, delay_us=delay_us)
     if not samples:
         return base
@@ -139,4 +141,22 @@ def observe(
         delay_us=delay_us,
         age_s=t - last.time_s,
         rejected_rps=rejected_rps,
+        peak_rps=peak_rate(samples, t - peak_window_s),
     )
+
+
+def peak_rate(samples: list[Sample], since_s: float) -> float | None:
+    """Highest (served + refused) rate between consecutive scrapes ending after since_s,
+    summed over the pods scraped at both ends: PromQL's irate under max_over_time."""
+    best: float | None = None
+    for before, after in zip(samples, samples[1:], strict=False):
+        if after.time_s <= since_s or after.time_s <= before.time_s:
+            continue
+        gained = 0.0
+        for pod, now in after.counters.items():
+            if pod in before.counters:
+                gained += now[SUCCESS] - before.counters[pod][SUCCESS]
+                gained += after.rejected.get(pod, 0.0) - before.rejected.get(pod, 0.0)
+        rate = gained / (after.time_s - before.time_s)
+        best = rate if best is None else max(best, rate)
+    return best

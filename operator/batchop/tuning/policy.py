@@ -28,11 +28,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from batchop.tuning import curve as curve_mod
+from batchop.tuning.forecast import trend
 from batchop.tuning.model import (
-    MAX_UTILISATION,
     LatencyCurve,
     Prediction,
     capacity_rps,
@@ -45,7 +46,7 @@ HEADROOM = 0.10  # plan for this much more load than observed
 DOWN_HEADROOM = 0.15  # a lower replica count must also pass with this much more on top
 STALE_INTERVALS = 2.5  # samples older than this many intervals are stale
 SETTLE_INTERVALS = 3  # after a change, windowed rates and p99 mix old and new this long
-STABILISATION_S = 300.0  # default scale-down window (TuningSpec.scale_down_window_s), as HPA's
+STABILISATION_S = 60.0  # default scale-down window (TuningSpec.scale_down_window_s)
 DELAY_MIN_CHANGE = 0.2  # relative delay change below which no reload is worth it
 GPU_MIN_GAIN = 0.05  # GPU time per inference a delay change must save
 DELAY_UP_WINDOW_S = 120.0  # the delay rises only when every recommendation this long agrees
@@ -54,8 +55,13 @@ NEAR_BEST = 0.02  # delays within this of the best GPU time count as equal; take
 CORRECTION_ALPHA = 0.3  # EWMA weight of a new observed/predicted p99 ratio
 CORRECTION_BOUNDS = (0.8, 1.5)
 STEADY_RATE_CHANGE = 0.1  # rate or queue changes beyond this share of the rate: not steady
-DRAIN_S = 120.0  # a backlog found when saturated is planned to drain in this long
-LOOKAHEAD_S = 60.0  # how far ahead a rising rate is extrapolated (window lag + startup)
+BURST_STEP = 1.5  # the burst factor grows at most this much per breach
+BURST_MAX = 3.0
+BURST_RELAX = 0.98  # per tick, while tested without trouble
+TESTED_SHARE = 0.7  # a load this near the remembered peak tests the burst factor
+RELAX_BELOW = 0.5  # ... when p99 stays under this share of the SLO
+REFUSED_BREACH = 0.005  # refusing more than this share of arrivals breaks the SLO too
+DEFAULT_STARTUP_S = 30.0  # replicas' startup until one has been seen
 P99_WINDOW_S = 60.0  # Triton's p99 summary still shows the past this long after a change or a fall
 DELAY_GRID_US = (
     0,
@@ -210,6 +216,74 @@ def _missing(obs: Observation) -> list[str]:
     return [n for n in names if getattr(obs, n) is None or not math.isfinite(getattr(obs, n))]
 
 
+def _remembered(state: TuningState, t: float, memory_s: float) -> float:
+    """The remembered peak at t: held for memory_s, then fading linearly over as long."""
+    if state.peak_at_s is None or state.peak_rps <= 0:
+        return 0.0
+    age = t - state.peak_at_s
+    if age <= memory_s:
+        return state.peak_rps
+    if memory_s <= 0:
+        return 0.0
+    return state.peak_rps * max(0.0, 1.0 - (age - memory_s) / memory_s)
+
+
+def _learn_burst(
+    state: TuningState,
+    spec: TuningSpec,
+    *,
+    t: float,
+    p99_ms: float,
+    refused_share: float,
+    sized_for: float,
+    peak_now: float,
+    remembered: float,
+    replicas: int,
+    replicas_for: Callable[[float], int],
+) -> tuple[float, float | None, str]:
+    """(burst factor, when last raised, a note). Raised when the SLO broke (or requests
+    were refused) although the replicas were sized for the load seen: the peaks hide bursts
+    shorter than a scrape interval (and a model that thinks a replica faster than it is).
+    Raised, as the HPA would scale, to what sizes `replicas` x the excess (at most x
+    BURST_STEP), once per P99_WINDOW_S (Triton's p99 shows an event that long), up to
+    BURST_MAX. Relaxed slowly while a load near the remembered peak leaves p99 well under
+    the SLO."""
+    factor = state.burst_factor
+    breach = p99_ms > spec.slo_ms or refused_share > REFUSED_BREACH
+    due = state.burst_learned_s is None or t - state.burst_learned_s >= P99_WINDOW_S
+    if breach and due and 0 < peak_now <= sized_for * (1 + HEADROOM):
+        excess = max(p99_ms / spec.slo_ms, 1.0 / max(1e-9, 1.0 - 2.0 * refused_share), 1.1)
+        want = replicas + max(1, math.ceil(replicas * (min(BURST_STEP, excess) - 1)))
+        raised = factor
+        while raised < BURST_MAX and replicas_for(remembered * raised) < want:
+            raised = min(BURST_MAX, raised * 1.05)
+        if raised > factor:
+            what = (
+                f"p99 {_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms"
+                if p99_ms > spec.slo_ms
+                else f"{refused_share:.1%} refused"
+            )
+            return raised, t, (
+                f"{what} at a load sized for ({_fmt_rate(peak_now)} rps): burst factor "
+                f"{factor:.2f} → {raised:.2f}"
+            )
+    tested = remembered > 0 and peak_now >= TESTED_SHARE * remembered
+    if tested and not breach and 0 < p99_ms < RELAX_BELOW * spec.slo_ms and factor > 1:
+        factor = max(1.0, factor * BURST_RELAX)
+    return factor, state.burst_learned_s, ""
+
+
+def _learn_startup(state: TuningState, obs: Observation, t: float) -> float | None:
+    """How long new replicas took to become ready (EWMA), once the last of them is."""
+    started = state.last_scale_up_s
+    if obs.starting_replicas > 0 or started is None or state.last_starting_s is None:
+        return state.startup_s
+    if state.last_starting_s < started or state.last_starting_s != state.last_time_s:
+        return state.startup_s  # not the tick right after the start completed
+    took = t - started
+    return took if state.startup_s is None else 0.5 * state.startup_s + 0.5 * took
+
+
 def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     """The replicas and delay to run next, with the reason; see the module docstring."""
     spec = _effective(spec)
@@ -250,22 +324,9 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         default=-math.inf,
     )
     settled = starting == 0 and t - settled_since >= SETTLE_INTERVALS * spec.interval_s
-    # The served rate only depends on the replicas (a delay change does not move it).
-    scaled_since = max(
-        (
-            x
-            for x in (state.last_scale_up_s, state.last_scale_down_s, state.last_starting_s)
-            if x is not None
-        ),
-        default=-math.inf,
-    )
-    rate_settled = starting == 0 and t - scaled_since >= SETTLE_INTERVALS * spec.interval_s
     growth = 0.0  # how fast the queue grew: arrivals beyond what was served
     if obs.pending is not None and state.last_pending is not None and dt > 0:
         growth = (obs.pending - state.last_pending) / dt
-    slope = state.rps_slope * 0.5
-    if rate_settled and state.last_rps is not None and dt > 0:
-        slope += 0.5 * (rps - state.last_rps) / dt
     # Triton's p99 is a summary over its last minute or so: after a change, or when the load
     # falls, it still shows the past (a transient's backlog, a heavier load) while the
     # counters' rates already show the present. Until it has caught up, the observed p99
@@ -307,19 +368,50 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             correction = min(CORRECTION_BOUNDS[1], max(CORRECTION_BOUNDS[0], correction))
     model = _Model(spec, latency, correction)
 
-    # 3. Demand: served + queue growth (arrivals = served + d pending/dt). When the queue grows,
-    # the replicas serve at capacity and the windowed rate still lags behind: count capacity.
-    demand = max(0.0, rps + growth)
-    if rate_settled and growth > STEADY_RATE_CHANGE * rps and ready > 0:
-        at_capacity = MAX_UTILISATION * capacity_rps(spec.max_batch_size, latency) * ready
-        demand = max(demand, at_capacity + growth)
-        # and the backlog already queued must drain too, in DRAIN_S.
-        demand += max(0.0, obs.pending or 0.0) / DRAIN_S
-    elif rate_settled:
-        # A rising rate keeps rising while new replicas start: look ahead along the trend
-        # (not just after a scale-up: the served rate then also holds a draining backlog; not
-        # when saturated: the served rate is capped and the queue's growth says it all).
-        demand += max(0.0, slope) * LOOKAHEAD_S
+    # 3. Demand: what arrives (served + refused + the queue's growth), and the peaks the rate
+    # window averages away. A burst's peak is remembered for spec.peak_memory_s, so replicas
+    # are held between bursts, then fades; the burst factor covers what even a scrape
+    # interval averages away, learned from the SLO breaches the remembered peak let through.
+    refused = max(0.0, obs.rejected_rps or 0.0)
+    arrivals = max(0.0, rps + refused + growth)
+    draining = growth < -STEADY_RATE_CHANGE * rps  # a backlog from the past is shrinking
+    # While a backlog drains the served rate overstates arrivals: no peak is learned then.
+    peak_now = arrivals if draining else max(arrivals, obs.peak_rps or 0.0)
+    remembered_before = _remembered(state, t, spec.peak_memory_s)
+    peak, peak_at = state.peak_rps, state.peak_at_s
+    if peak_now >= remembered_before:
+        peak, peak_at = peak_now, t
+    remembered = max(remembered_before, peak_now)
+    delay_explains = spec.tune_delay and p99_obs - obs.delay_us / 1000.0 <= model.target
+    burst, burst_learned_s, burst_note = _learn_burst(
+        state,
+        spec,
+        t=t,
+        p99_ms=p99_obs if p99_current and not delay_explains else 0.0,
+        refused_share=refused / arrivals if arrivals > 0 and p99_current else 0.0,
+        sized_for=remembered_before * state.burst_factor,
+        peak_now=peak_now,
+        remembered=remembered,
+        replicas=obs.replicas,
+        replicas_for=lambda demand: model.replicas_for(
+            demand * (1 + HEADROOM),
+            spec.min_replicas,
+            spec.max_replicas,
+            spec.min_delay_us if spec.tune_delay else obs.delay_us,
+        ),
+    )
+    demand = max(arrivals, remembered * burst)
+    demand_why = (
+        f"peak {_fmt_rate(remembered)} rps" + (f" x burst {burst:.2f}" if burst > 1 else "")
+        if demand > arrivals
+        else f"{_fmt_rate(arrivals)} rps arriving"
+    )
+    if spec.forecast and obs.rate_history:
+        ahead = (state.startup_s or DEFAULT_STARTUP_S) + spec.interval_s
+        expected = trend(obs.rate_history, t, ahead)
+        if expected is not None and expected > demand:
+            demand = expected
+            demand_why = f"trend: {_fmt_rate(expected)} rps expected in {ahead:.0f} s"
     plan_rps = demand * (1 + HEADROOM)
 
     # 4. Replicas.
@@ -344,16 +436,13 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         why_r = (
             f"predicted p99 {_fmt_ms(model.p99(plan_rps / max(1, cur_n), obs.delay_us))} ms"
             f" vs target {_fmt_ms(model.target)} ms at {_fmt_rate(plan_rps)} rps "
-            f"({_fmt_rate(demand)} + {HEADROOM:.0%})"
+            f"({demand_why} + {HEADROOM:.0%})"
         )
-        # The observed p99 overrides the model when it breaks the SLO and nothing is pending.
-        # The observed p99 is a window too: only trust it once the last change has settled.
-        delay_explains = spec.tune_delay and p99_obs - obs.delay_us / 1000.0 <= model.target
-        # It must persist: one bad window may be a burst or a backlog already draining.
-        draining = growth < -STEADY_RATE_CHANGE * rps  # a backlog from the past is shrinking
+        # An observed p99 over the SLO on two settled ticks (once Triton's summary shows the
+        # present) scales up even when the model disagrees, HPA-like: in proportion to the
+        # excess, at most by half per tick; the burst factor (raised above) remembers it.
         if breaches >= 2 and rps > 0 and not delay_explains and not draining and rec <= cur_n:
-            # HPA-like: grow in proportion to the excess, at most by half per tick.
-            factor = min(1.5, p99_obs / spec.slo_ms)
+            factor = min(BURST_STEP, p99_obs / spec.slo_ms)
             forced = cur_n + max(1, math.ceil(cur_n * (factor - 1)))
             if forced > rec:
                 rec = forced
@@ -365,12 +454,13 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         # drained: wait for it to settle unless the queue is still growing.
         up_since = max(state.last_scale_up_s or -math.inf, state.last_starting_s or -math.inf)
         recent_up = t - up_since < SETTLE_INTERVALS * spec.interval_s
-        if rec > cur_n and recent_up and growth <= STEADY_RATE_CHANGE * rps:
+        # A new, higher peak or refusals are arrivals, not a backlog: they do not wait.
+        rising = peak_now > remembered_before or refused > REFUSED_BREACH * arrivals
+        if rec > cur_n and recent_up and growth <= STEADY_RATE_CHANGE * rps and not rising:
             notes.append(f"{rec} replicas suggested; waiting for the last scale-up to show")
             rec = cur_n
-        if breaches == 1:
-            notes.append(f"p99 {_fmt_ms(p99_obs)} ms > SLO {_fmt_ms(spec.slo_ms)} ms: acting "
-                         "if the next tick confirms it")
+        if burst_note:
+            notes.append(burst_note)
         # Fewer replicas only while the SLO holds: a model that sees room while the observed
         # p99 breaks the SLO is wrong here (seen on a starved machine: 3 → 2 → 3 replicas).
         if rec < cur_n and rps > 0 and p99_current and p99_obs > spec.slo_ms:
@@ -463,7 +553,11 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         last_time_s=t,
         last_pending=obs.pending,
         last_rps=rps,
-        rps_slope=slope,
+        peak_rps=peak,
+        peak_at_s=peak_at,
+        burst_factor=burst,
+        burst_learned_s=burst_learned_s,
+        startup_s=_learn_startup(state, obs, t),
         delay_recommendations=delay_recs,
         last_starting_s=t if starting > 0 else state.last_starting_s,
         slo_breaches=breaches,

@@ -32,8 +32,14 @@ class TuningSpec:
     # from a profile. The policy refines it from observations.
     prior_batch_latency_ms: tuple[tuple[int, float], ...] = ()
     # Scale-down stabilisation window: replicas fall only to the highest count recommended
-    # this long (spec.autotune.scaleDownStabilizationSeconds; the HPA's default).
-    scale_down_window_s: float = 300.0
+    # this long (spec.autotune.scaleDownStabilizationSeconds). Short, because the peak
+    # memory below, not this window, is what holds replicas between bursts.
+    scale_down_window_s: float = 60.0
+    # How long a burst's peak rate keeps its replicas (spec.autotune.burstMemorySeconds);
+    # after it the remembered peak fades linearly over as long again.
+    peak_memory_s: float = 600.0
+    # Floor replicas by a trend of the recent rate (spec.autotune.forecast); off by default.
+    forecast: bool = False
     # Overload guard (spec.overload): refuse requests that waited past the queue timeout
     # (None: derived, see tuning.overload) or arrive to a full queue (0: unbounded). On by
     # default, as in the API.
@@ -64,6 +70,12 @@ class Observation:
     schedulable_headroom: int | None = None
     # Requests Triton refused (queue timeout or full queue) per second, summed over pods.
     rejected_rps: float | None = None
+    # The highest arrival rate (served + refused) over one scrape interval since the last
+    # tick: what the rate window's mean averages away in a burst.
+    peak_rps: float | None = None
+    # (time, arrival rate) points of the recent past, oldest first, for the forecast; only
+    # filled when spec.autotune.forecast is on.
+    rate_history: tuple[tuple[float, float], ...] = ()
 
     @property
     def starting_replicas(self) -> int:
@@ -91,9 +103,8 @@ class TuningState:
     # The previous tick's time and pending requests, to see a backlog grow (demand > served).
     last_time_s: float | None = None
     last_pending: float | None = None
-    # The previous tick's request rate and the smoothed growth of the rate (req/s per second).
+    # The previous tick's request rate.
     last_rps: float | None = None
-    rps_slope: float = 0.0
     # The last tick that saw replicas still starting (their effect shows only after).
     last_starting_s: float | None = None
     # Consecutive settled ticks whose observed p99 broke the SLO.
@@ -102,6 +113,15 @@ class TuningState:
     last_rate_fall_s: float | None = None
     # Recent recommended delays with their times: the delay rises only to their minimum.
     delay_recommendations: tuple[tuple[float, int], ...] = ()
+    # The highest arrival rate seen lately and when: replicas are sized for it until it fades.
+    peak_rps: float = 0.0
+    peak_at_s: float | None = None
+    # How much above the remembered peak the load must be sized for: a burst shorter than a
+    # scrape interval hides from the peak too. Learned from breaches, relaxed when tested.
+    burst_factor: float = 1.0
+    burst_learned_s: float | None = None
+    # How long a new replica took to become ready (learned; the forecast looks this far).
+    startup_s: float | None = None
 
 
 @dataclass(frozen=True)
