@@ -234,6 +234,7 @@ def _learn_burst(
     *,
     t: float,
     p99_ms: float,
+    explained: bool,
     refused_share: float,
     sized_for: float,
     peak_now: float,
@@ -249,7 +250,7 @@ def _learn_burst(
     BURST_MAX. Relaxed slowly while a load near the remembered peak leaves p99 well under
     the SLO."""
     factor = state.burst_factor
-    breach = p99_ms > spec.slo_ms or refused_share > REFUSED_BREACH
+    breach = (p99_ms > spec.slo_ms and not explained) or refused_share > REFUSED_BREACH
     due = state.burst_learned_s is None or t - state.burst_learned_s >= P99_WINDOW_S
     if breach and due and 0 < peak_now <= sized_for * (1 + HEADROOM):
         excess = max(p99_ms / spec.slo_ms, 1.0 / max(1e-9, 1.0 - 2.0 * refused_share), 1.1)
@@ -260,7 +261,7 @@ def _learn_burst(
         if raised > factor:
             what = (
                 f"p99 {_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms"
-                if p99_ms > spec.slo_ms
+                if p99_ms > spec.slo_ms and not explained
                 else f"{refused_share:.1%} refused"
             )
             return raised, t, (
@@ -387,7 +388,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         state,
         spec,
         t=t,
-        p99_ms=p99_obs if p99_current and not delay_explains else 0.0,
+        p99_ms=p99_obs if p99_current else 0.0,
+        explained=delay_explains,
         refused_share=refused / arrivals if arrivals > 0 and p99_current else 0.0,
         sized_for=remembered_before * state.burst_factor,
         peak_now=peak_now,

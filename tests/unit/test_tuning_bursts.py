@@ -1,0 +1,173 @@
+"""Burst-aware replicas: the remembered peak, the burst factor, the forecast, and the
+peak each observer reports (the simulator's scrapes and the Prometheus queries)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from batchop.observe.prometheus import build_queries, duration_s, parse_matrix
+from batchop.sim.scrape import SUCCESS, Sample, peak_rate
+from batchop.tuning.forecast import MAX_RISE, trend
+from batchop.tuning.policy import BURST_MAX, P99_WINDOW_S, _remembered, decide
+from batchop.tuning.types import Observation, TuningSpec, TuningState
+
+CPU_DEMO = ((1, 4.0), (4, 5.0), (8, 6.0), (16, 8.0), (32, 12.0))
+SPEC = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=16, min_delay_us=0,
+                  max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO, interval_s=30.0,
+                  scale_down_window_s=60.0, peak_memory_s=300.0)
+
+
+def obs(t: float, rps: float, replicas: int, *, peak: float | None = None,
+        p99: float = 10.0, rejected: float = 0.0) -> Observation:
+    return Observation(time_s=t, rps=rps, avg_batch=2.0, queue_ms=1.0, compute_ms=5.0,
+                       p99_ms=p99, pending=0.0, replicas=replicas, ready_replicas=replicas,
+                       delay_us=0, peak_rps=peak, rejected_rps=rejected)
+
+
+def run(points: list[tuple[float, float | None]], spec: TuningSpec = SPEC,
+        replicas: int = 1) -> list[int]:
+    """Feed (mean rate, peak rate) per tick; the cluster follows every decision."""
+    state, out = TuningState(), []
+    for i, (rps, peak) in enumerate(points):
+        dec = decide(obs(i * spec.interval_s, rps, replicas, peak=peak), spec, state)
+        state, replicas = dec.state, dec.replicas
+        out.append(replicas)
+    return out
+
+
+def test_a_short_burst_sizes_replicas_by_its_peak_not_the_windows_mean() -> None:
+    quiet = run([(300.0, 300.0)] * 4)[-1]
+    burst = run([(300.0, 300.0)] * 4 + [(500.0, 3000.0)])[-1]
+    assert burst > quiet
+
+
+def test_replicas_are_held_between_bursts_for_the_memory_then_given_back() -> None:
+    ticks = [(300.0, 3000.0)] + [(300.0, 300.0)] * 30
+    replicas = run(ticks)
+    held = int(SPEC.peak_memory_s // SPEC.interval_s)
+    assert min(replicas[:held]) == replicas[0] > 1  # held through the memory
+    assert replicas[-1] < replicas[0]  # then the peak fades and replicas go
+
+
+def test_with_no_memory_the_window_alone_holds_replicas() -> None:
+    spec = replace(SPEC, peak_memory_s=0.0)
+    replicas = run([(300.0, 3000.0)] + [(300.0, 300.0)] * 6, spec)
+    assert replicas[0] > 1 and replicas[-1] < replicas[0]
+
+
+def test_the_remembered_peak_fades_linearly_after_the_memory() -> None:
+    state = TuningState(peak_rps=1000.0, peak_at_s=0.0)
+    assert _remembered(state, 300.0, 300.0) == 1000.0
+    assert _remembered(state, 450.0, 300.0) == pytest.approx(500.0)
+    assert _remembered(state, 600.0, 300.0) == 0.0
+
+
+def _sized(state_peak: float, factor: float = 1.0) -> TuningState:
+    return TuningState(peak_rps=state_peak, peak_at_s=0.0, burst_factor=factor,
+                       last_time_s=0.0, last_rps=600.0, last_pending=0.0)
+
+
+def test_a_breach_at_a_load_sized_for_raises_the_burst_factor_and_replicas() -> None:
+    state = _sized(2500.0)
+    calm = decide(obs(P99_WINDOW_S + 30, 2500.0, 2, peak=2500.0), SPEC, state)
+    hot = decide(obs(P99_WINDOW_S + 30, 2500.0, 2, peak=2500.0, p99=90.0), SPEC, state)
+    assert calm.state.burst_factor == 1.0
+    assert hot.state.burst_factor > 1.0 and hot.replicas > calm.replicas
+    assert "burst factor" in hot.reason
+    # one raise per event: the next tick, within Triton's p99 window, does not raise again
+    again = decide(obs(P99_WINDOW_S + 60, 2500.0, hot.replicas, peak=2500.0, p99=90.0),
+                   SPEC, hot.state)
+    assert again.state.burst_factor == hot.state.burst_factor
+
+
+def test_refusals_at_a_load_sized_for_raise_the_burst_factor_too() -> None:
+    dec = decide(obs(P99_WINDOW_S + 30, 600.0, 2, peak=600.0, rejected=30.0), SPEC,
+                 _sized(630.0))
+    assert dec.state.burst_factor > 1.0 and "refused" in dec.reason
+
+
+def test_a_breach_at_a_new_higher_peak_is_the_peaks_not_the_factors() -> None:
+    dec = decide(obs(P99_WINDOW_S + 30, 600.0, 1, peak=3000.0, p99=90.0), SPEC, _sized(600.0))
+    assert dec.state.burst_factor == 1.0 and dec.state.peak_rps == 3000.0
+
+
+def test_the_burst_factor_is_bounded_and_relaxes_when_tested_without_trouble() -> None:
+    state = _sized(600.0, factor=BURST_MAX)
+    hot = decide(obs(P99_WINDOW_S + 30, 600.0, 8, peak=600.0, p99=90.0), SPEC, state)
+    assert hot.state.burst_factor == BURST_MAX
+    calm = decide(obs(P99_WINDOW_S + 30, 600.0, 8, peak=600.0, p99=10.0), SPEC, state)
+    assert calm.state.burst_factor < BURST_MAX
+    untested = decide(obs(P99_WINDOW_S + 30, 100.0, 8, peak=100.0, p99=10.0), SPEC, state)
+    assert untested.state.burst_factor == BURST_MAX  # a light load proves nothing
+
+
+def test_trend_predicts_a_steady_rise_and_nothing_else() -> None:
+    rising = tuple((t, 100.0 + t) for t in range(0, 600, 30))
+    assert trend(rising, 570.0, 60.0) == pytest.approx(100.0 + 630.0)
+    assert trend(tuple((t, 500.0 - t / 2) for t in range(0, 600, 30)), 570.0, 60.0) is None
+    rng = np.random.default_rng(3)
+    noise = tuple((float(t), float(rng.uniform(0, 1000))) for t in range(0, 600, 30))
+    assert trend(noise, 570.0, 60.0) is None
+    assert trend(rising[:3], 60.0, 60.0) is None  # too few points
+    steep = tuple((t, 1.0 + 10.0 * t) for t in range(0, 600, 30))
+    assert trend(steep, 570.0, 6000.0) == pytest.approx(MAX_RISE * steep[-1][1])
+
+
+def test_the_forecast_floors_replicas_only_when_switched_on() -> None:
+    history = tuple((float(t), 100.0 + 10.0 * t) for t in range(0, 600, 30))
+    now = replace(obs(600.0, 5800.0, 4, peak=5800.0), rate_history=history)
+    state = replace(_sized(5800.0), startup_s=300.0)  # the trend looks 330 s ahead
+    off = decide(now, SPEC, state)
+    on = decide(now, replace(SPEC, forecast=True), state)
+    assert on.replicas > off.replicas and "trend" in on.reason
+
+
+def _sample(t: float, served: dict[int, float], rejected: dict[int, float]) -> Sample:
+    counters = {}
+    for pod, n in served.items():
+        row = np.zeros(6)
+        row[SUCCESS] = n
+        counters[pod] = row
+    return Sample(time_s=t, counters=counters, p99_s={}, pending=0, rejected=rejected)
+
+
+def test_the_simulators_peak_is_the_busiest_scrape_interval_served_plus_refused() -> None:
+    samples = [
+        _sample(0.0, {1: 0.0}, {1: 0.0}),
+        _sample(15.0, {1: 150.0}, {1: 0.0}),  # 10/s
+        _sample(30.0, {1: 450.0, 2: 0.0}, {1: 150.0}),  # 20/s + 10/s refused
+        _sample(45.0, {1: 600.0, 2: 150.0}, {1: 150.0}),  # 10/s + 10/s on the new pod
+    ]
+    assert peak_rate(samples, -1.0) == pytest.approx(30.0)
+    assert peak_rate(samples, 31.0) == pytest.approx(20.0)  # only intervals ending after
+    assert peak_rate(samples[:1], -1.0) is None
+
+
+def test_prometheus_peak_query_counts_refusals_and_covers_every_model() -> None:
+    query = build_queries("1m")["peak_rps"]
+    assert query.startswith("max_over_time(") and "[1m:15s]" in query
+    assert 'reason=~"|REJECTED"' in query and "sum by (namespace, batchedmodel)" in query
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("1m", 60), ("1m30s", 90),
+                                               ("2h", 7200), ("500ms", 0.5)])
+def test_durations_parse(text: str, seconds: float) -> None:
+    assert duration_s(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "10", "1x", "s1"])
+def test_bad_durations_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="PromQL duration"):
+        duration_s(text)
+
+
+def test_range_replies_parse_per_model_oldest_first() -> None:
+    reply = [
+        {"metric": {"namespace": "ml", "batchedmodel": "a"},
+         "values": [[20, "2"], [10, "1"], [30, "NaN"]]},
+        {"metric": {"namespace": "ml"}, "values": [[10, "1"]]},
+    ]
+    assert parse_matrix(reply) == {("ml", "a"): ((10.0, 1.0), (20.0, 2.0))}
