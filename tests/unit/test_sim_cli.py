@@ -128,38 +128,6 @@ def test_simulate_reports_bad_input_with_file_and_line(
     assert f"{bad}:3: field `rps`" in capsys.readouterr().err
 
 
-def test_bench_writes_a_table_with_ratios(inputs: tuple[Path, Path], tmp_path: Path) -> None:
-    profile, trace = inputs
-    out = tmp_path / "bench"
-    code = main(
-        [
-            "bench",
-            "--profiles",
-            str(profile),
-            "--traces",
-            str(trace),
-            "--policies",
-            "hpa",
-            "aimd",
-            "--slo-ms",
-            "20",
-            "--jobs",
-            "1",
-            "--out",
-            str(out),
-            "--plot-policies",
-            "hpa",
-        ]
-    )
-    assert code == 0
-    assert (out / "plots" / "tiny-steps-hpa.png").is_file()
-    rows = json.loads((out / "bench.json").read_text())["rows"]
-    assert {r["policy"] for r in rows} == {"hpa", "aimd"}
-    hpa = next(r for r in rows if r["policy"] == "hpa")
-    assert hpa["x_hpa"] == pytest.approx(1.0)
-    assert "| tiny | steps" in (out / "bench.md").read_text()
-
-
 def _simulate(inputs: tuple[Path, Path], out: Path, *extra: str) -> int:
     profile, trace = inputs
     return main(["simulate", "--profile", str(profile), "--trace", str(trace), "--slo-ms", "20",
