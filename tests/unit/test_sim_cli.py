@@ -128,38 +128,6 @@ def test_simulate_reports_bad_input_with_file_and_line(
     assert f"{bad}:3: field `rps`" in capsys.readouterr().err
 
 
-def test_bench_writes_a_table_with_ratios(inputs: tuple[Path, Path], tmp_path: Path) -> None:
-    profile, trace = inputs
-    out = tmp_path / "bench"
-    code = main(
-        [
-            "bench",
-            "--profiles",
-            str(profile),
-            "--traces",
-            str(trace),
-            "--policies",
-            "hpa",
-            "aimd",
-            "--slo-ms",
-            "20",
-            "--jobs",
-            "1",
-            "--out",
-            str(out),
-            "--plot-policies",
-            "hpa",
-        ]
-    )
-    assert code == 0
-    assert (out / "plots" / "tiny-steps-hpa.png").is_file()
-    rows = json.loads((out / "bench.json").read_text())["rows"]
-    assert {r["policy"] for r in rows} == {"hpa", "aimd"}
-    hpa = next(r for r in rows if r["policy"] == "hpa")
-    assert hpa["x_hpa"] == pytest.approx(1.0)
-    assert "| tiny | steps" in (out / "bench.md").read_text()
-
-
 def _simulate(inputs: tuple[Path, Path], out: Path, *extra: str) -> int:
     profile, trace = inputs
     return main(["simulate", "--profile", str(profile), "--trace", str(trace), "--slo-ms", "20",
@@ -203,3 +171,27 @@ def test_simulate_refuses_overload_flags_the_api_would_refuse(
 ) -> None:
     assert _simulate(inputs, tmp_path / "x.json", *flags) == 2
     assert says in capsys.readouterr().err
+
+
+def test_simulate_runs_static_peak_from_the_start_and_keda_by_its_fraction(
+    inputs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    profile, _ = inputs
+    heavy = tmp_path / "heavy.csv"
+    heavy.write_text("second,rps\n0,200\n60,4000\n120,200\n180,0\n")
+    common = ["simulate", "--profile", str(profile), "--trace", str(heavy), "--slo-ms", "20",
+              "--max-replicas", "16", "--quiet", "--json"]  # fmt: skip
+    assert main([*common, str(tmp_path / "s.json"), "--policy", "static-peak"]) == 0
+    peak = json.loads((tmp_path / "s.json").read_text())
+    # one replica serves 1,600 req/s at most: the 4,000 req/s minute needs several, held
+    # from t = 0 (no decisions), and the SLO holds through the step
+    assert peak["max_replicas_used"] >= 3 and peak["decisions"] == []
+    assert peak["window_attainment"] == 1.0
+    runs = {}
+    for fraction in ("0.5", "0.9"):
+        out = tmp_path / f"k{fraction}.json"
+        args = [*common, str(out), "--policy", "keda", "--hpa-fraction", fraction]
+        assert main(args) == 0
+        runs[fraction] = json.loads(out.read_text())
+    assert runs["0.5"]["gpu_seconds"] > runs["0.9"]["gpu_seconds"]
+    assert main([*common, "-", "--policy", "hpa", "--hpa-fraction", "0"]) == 2

@@ -5,10 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-POLICY_NAMES = ("batchop", "nobatch", "static", "hpa", "aimd", "oracle")
+# As batchop.sim.baselines.POLICIES (not imported: the CLI loads numpy only when it runs).
+POLICY_NAMES = (
+    "batchop",
+    "nobatch",
+    "static",
+    "static-peak",
+    "hpa",
+    "keda",
+    "hpa-queue",
+    "aimd",
+    "oracle",
+    "reactive-oracle",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,6 +35,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", required=True, help="trace CSV (second,rps)")
     p.add_argument("--slo-ms", type=float, required=True, help="p99 latency SLO (ms)")
     p.add_argument("--policy", choices=POLICY_NAMES, default="batchop")
+    p.add_argument(
+        "--hpa-fraction",
+        type=float,
+        default=0.7,
+        help="hpa/keda target: requests/s per replica as this fraction of one replica's "
+        "capacity within the SLO",
+    )
     p.add_argument("--delay-us", type=int, default=500, help="starting (static: fixed) delay")
     p.add_argument("--replicas", type=int, default=1, help="starting (static: fixed) replicas")
     p.add_argument("--min-replicas", type=int, default=1)
@@ -94,6 +114,8 @@ def check_args(args: argparse.Namespace) -> str | None:
         return "--clients must be >= 1"
     if args.interval <= 0:
         return "--interval must be > 0"
+    if not 0 < args.hpa_fraction <= 1:
+        return "--hpa-fraction must be in (0, 1]"
     return _check_overload(args)
 
 
@@ -115,7 +137,7 @@ def _check_overload(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from batchop.sim.baselines import make_policy
+    from batchop.sim.baselines import make_policy, start_replicas
     from batchop.sim.engine import SimConfig, simulate
     from batchop.sim.profile import ProfileError, load_profile
     from batchop.sim.report import summarize
@@ -132,7 +154,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"batchop simulate: {exc}", file=sys.stderr)
         return 2
     spec = build_spec(args, profile)
-    policy = make_policy(args.policy, profile, trace, spec, args.delay_us, args.replicas)
+    spec = replace(spec, start_replicas=start_replicas(args.policy, profile, trace, spec))
+    policy = make_policy(
+        args.policy, profile, trace, spec, args.delay_us, args.replicas, args.hpa_fraction
+    )
 
     def progress(frac: float) -> None:
         print(f"\rsimulating {args.policy}: {frac:4.0%}", end="", file=sys.stderr, flush=True)
