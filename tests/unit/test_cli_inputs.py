@@ -42,6 +42,7 @@ SIMULATE = ["simulate", "--profile", "{profile}", "--trace", "{trace}", "--slo-m
             "--json", "{out}/r.json", "--quiet"]
 PLAN = ["plan", "--profile", "{profile}", "--rps", "100", "--slo-ms", "50"]
 RENDER = ["render", "-f", "{manifest}"]
+LOAD = ["load", "--json", "{out}/l.json", "--quiet"]
 
 
 @dataclass
@@ -231,6 +232,21 @@ CASES = [
     Case("plan-replica-bounds", [*PLAN, "--min-replicas", "3", "--max-replicas", "2"],
          ("need 1 <= --min-replicas <= --max-replicas",)),
     Case("unknown-flag", [*PLAN, "--replicas-max", "2"], ("unrecognized arguments",)),
+    Case("load-rps-nan", [*LOAD, "--rps", "nan", "--url", "127.0.0.1:1", "--model", "m"],
+         ("argument --rps: must be a finite number",)),
+    Case("load-time-scale-zero", [*LOAD, "--trace", "{trace}", "--time-scale", "0",
+                                  "--url", "127.0.0.1:1", "--model", "m"],
+         ("argument --time-scale: must be > 0",)),
+    Case("load-namespace-rule", [*LOAD, "--rps", "5", "--bm", "ML_Team/resnet"],
+         ("--bm 'ML_Team/resnet': namespace must be a DNS-1123 label",)),
+    Case("load-name-rule", [*LOAD, "--rps", "5", "--bm", "ml/9resnet"],
+         ("--bm 'ml/9resnet': name must be a DNS-1035 label",)),
+    Case("load-trace-rate-1e12", [*LOAD, "--trace", "{trace}", "--bm", "ml/resnet"],
+         ("{trace}:2: field `rps`", "past the limit of 50,000,000"),
+         trace("second,rps\n0,1e12\n10,0\n")),
+    Case("load-rate-scaled-past-limit", [*LOAD, "--rps", "1e6", "--duration", "1000",
+                                         "--bm", "ml/resnet"],
+         ("would send 1e+09 requests, past the limit of 50,000,000",)),
     # --- plans that cannot succeed (runtime: exit 1) --------------------------------------
     Case("plan-slo-below-batch-1", [*PLAN[:5], "--slo-ms", "4"],
          ("no replica count can meet a p99 SLO of 4 ms", "batch 1 alone takes 5 ms"), code=1),

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from batchop.cli.flags import positive_float
+
 POLICIES = ("batchop", "hpa", "aimd", "nobatch", "oracle", "static")
 # profile name -> (SLO ms, load scale). Unknown profiles: SLO = 2 x latency(max batch), x1.
 BENCH_DEFAULTS: dict[str, tuple[float, float]] = {
@@ -56,8 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--profiles", nargs="+", default=None, help="profile YAMLs or folders")
     p.add_argument("--traces", nargs="+", default=None, help="trace CSVs or folders")
     p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
-    p.add_argument("--slo-ms", type=float, default=None, help="one SLO for every profile")
-    p.add_argument("--scale", type=float, default=None, help="one load scale for every profile")
+    p.add_argument("--slo-ms", type=positive_float, default=None, help="one SLO for every profile")
+    p.add_argument(
+        "--scale", type=positive_float, default=None, help="one load scale for every profile"
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--jobs", type=int, default=2, help="processes (at most 2)")
     p.add_argument("--out", default="bench/results", help="folder for bench.md and bench.json")
