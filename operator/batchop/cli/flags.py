@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Callable
 from typing import NoReturn
+
+# A namespace is a DNS-1123 label, a BatchedModel's name a DNS-1035 label (api/models.py).
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
 class Parser(argparse.ArgumentParser):
@@ -64,3 +69,22 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
 
     parse.__name__ = f"integer in {low}..{high}"
     return parse
+
+
+def namespaced_name(text: str) -> tuple[str, str]:
+    """NAMESPACE/NAME of a BatchedModel, each checked against the rule Kubernetes applies,
+    so that a typo is named here rather than answered by a 404 (or a 422) later."""
+    namespace, sep, name = text.partition("/")
+    if not sep or not namespace or not name:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
+    if len(namespace) > 63 or not DNS1123_LABEL.fullmatch(namespace):
+        raise argparse.ArgumentTypeError(
+            f"namespace {namespace!r} must be a DNS-1123 label of at most 63 characters: "
+            "lowercase letters, digits and '-'"
+        )
+    if len(name) > 63 or not DNS1035_LABEL.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"name {name!r} must be a DNS-1035 label of at most 63 characters: lowercase "
+            "letters, digits and '-', starting with a letter"
+        )
+    return namespace, name

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
-from batchop.cli.flags import bounded_int, positive_float
+from batchop.cli.flags import bounded_int, namespaced_name, positive_float
 
-# The names --bm takes apart: a namespace is a DNS-1123 label, a BatchedModel's name a
-# DNS-1035 label (api/models.py); checked here so a typo is named, not a 404 later.
-DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 # As for the simulator: arrivals are drawn up front, one entry per request.
 MAX_REQUESTS = 50_000_000
 
@@ -36,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rate-scale", type=positive_float, default=1.0,
                    help="multiply the trace's rates (default 1)")
     target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--bm", metavar="NAMESPACE/NAME", help="BatchedModel to load")
+    target.add_argument(
+        "--bm", type=namespaced_name, metavar="NAMESPACE/NAME", help="BatchedModel to load"
+    )
     target.add_argument("--url", action="append", metavar="HOST:PORT",
                         help="Triton HTTP endpoint on 127.x.y.z (repeatable)")
     p.add_argument("--model", help="Triton model name (with --url)")
@@ -84,19 +81,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{MAX_REQUESTS:,}; lower --rps/--rate-scale or --duration/--time-scale"
             )
         if args.bm:
-            namespace, sep, name = args.bm.partition("/")
-            if not sep or not namespace or not name:
-                raise LoadError(f"--bm {args.bm!r}: expected NAMESPACE/NAME")
-            if len(namespace) > 63 or not DNS1123_LABEL.fullmatch(namespace):
-                raise LoadError(
-                    f"--bm {args.bm!r}: namespace must be a DNS-1123 label of at most 63 "
-                    "characters: lowercase letters, digits and '-'"
-                )
-            if len(name) > 63 or not DNS1035_LABEL.fullmatch(name):
-                raise LoadError(
-                    f"--bm {args.bm!r}: name must be a DNS-1035 label of at most 63 "
-                    "characters: lowercase letters, digits and '-', starting with a letter"
-                )
+            namespace, name = args.bm
             source = BatchedModelPods(namespace, name, args.kubeconfig)
         else:
             if not args.model:
