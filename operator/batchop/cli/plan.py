@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 MAX_REPLICAS = 1000
 MAX_DELAY_US = 10_000_000
 MAX_RPS = 1e9
+MAX_SLO_MS = 600_000
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,8 +47,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--rps must be >= 0, got {args.rps:g}"
     if args.rps > MAX_RPS:
         return f"--rps must be <= {MAX_RPS:,.0f}, got {args.rps:g}"
-    if args.slo_ms <= 0:
-        return f"--slo-ms must be > 0, got {args.slo_ms:g}"
+    if not 0 < args.slo_ms <= MAX_SLO_MS:
+        return f"--slo-ms must be in (0, {MAX_SLO_MS:,}] ms (the API's bound), got {args.slo_ms:g}"
     if not 1 <= args.min_replicas <= args.max_replicas:
         return (
             f"need 1 <= --min-replicas <= --max-replicas, got {args.min_replicas} and "

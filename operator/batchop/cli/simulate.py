@@ -19,6 +19,7 @@ POLICY_NAMES = ("batchop", "nobatch", "static", "hpa", "aimd", "oracle")
 MAX_REPLICAS = 1000
 MAX_DELAY_US = 10_000_000
 MAX_REQUESTS = 50_000_000
+MAX_SLO_MS = 600_000
 MAX_TRACE_SECONDS = 30 * 86_400.0
 MIN_INTERVAL_S = 1.0
 
@@ -101,8 +102,8 @@ def build_spec(args: argparse.Namespace, profile: Any) -> Any:
 
 def check_args(args: argparse.Namespace) -> str | None:
     """The first rule the arguments break, or None."""
-    if args.slo_ms <= 0:
-        return "--slo-ms must be > 0"
+    if not 0 < args.slo_ms <= MAX_SLO_MS:
+        return f"--slo-ms must be in (0, {MAX_SLO_MS:,}] ms (the API's bound), got {args.slo_ms:g}"
     if not 1 <= args.min_replicas <= args.max_replicas:
         return "need 1 <= --min-replicas <= --max-replicas"
     if not args.min_replicas <= args.replicas <= args.max_replicas:
