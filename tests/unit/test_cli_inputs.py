@@ -247,6 +247,8 @@ CASES = [
          ("argument --bm: name '9resnet' must be a DNS-1035 label",)),
     Case("load-bm-no-slash", [*LOAD, "--rps", "5", "--bm", "resnet"],
          ("argument --bm: expected NAMESPACE/NAME, got 'resnet'",)),
+    Case("load-json-directory", ["load", "--json", "{out}", "--rps", "5", "--bm", "ml/resnet"],
+         ("--json {out}: is a directory",)),
     Case("load-trace-rate-1e12", [*LOAD, "--trace", "{trace}", "--bm", "ml/resnet"],
          ("{trace}:2: field `rps`", "past the limit of 50,000,000"),
          trace("second,rps\n0,1e12\n10,0\n")),

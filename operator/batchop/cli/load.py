@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from batchop.cli.flags import bounded_int, namespaced_name, positive_float
 
@@ -66,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     from batchop.sim.trace import TraceError, constant_trace, load_trace
 
     try:
+        if Path(args.json).is_dir():
+            raise LoadError(f"--json {args.json}: is a directory; give a file name")
         if args.trace:
             trace = load_trace(args.trace, max_requests=MAX_REQUESTS)
         else:
@@ -104,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if warning:
         report["warning"] = warning
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(report, f)
     print(
