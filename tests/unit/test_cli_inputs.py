@@ -353,3 +353,19 @@ def test_plot_failure_leaves_no_json(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 1 and len(err) == 1, err
     assert paths["profile"] in err[0] and "Traceback" not in err[0]
     assert list(Path(paths["out"]).iterdir()) == []
+
+
+def test_render_stdin_not_utf8(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+    import sys
+
+    raw = MANIFEST.replace("resnet50", "r\xe9snet").encode("latin-1")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8"))
+    assert main(["render", "-f", "-"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [
+        "batchop render: <stdin>:8: manifest is not UTF-8 text (byte 0xe9); save it as UTF-8"
+    ]
