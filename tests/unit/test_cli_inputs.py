@@ -255,6 +255,12 @@ CASES = [
     Case("load-rate-scaled-past-limit", [*LOAD, "--rps", "1e6", "--duration", "1000",
                                          "--bm", "ml/resnet"],
          ("would send 1e+09 requests, past the limit of 50,000,000",)),
+    Case("bench-scale-past-limit",
+         ["bench", "--profiles", "{profile}", "--traces", "{trace}", "--scale", "1e12",
+          "--out", "{out}/bench"],
+         ("{trace} at load scale 1e+12 offers 3e+15 requests", "limit of 50,000,000")),
+    Case("bench-slo-nan", ["bench", "--slo-ms", "nan", "--out", "{out}/bench"],
+         ("argument --slo-ms: must be a finite number",)),
     # --- plans that cannot succeed (runtime: exit 1) --------------------------------------
     Case("plan-slo-below-batch-1", [*PLAN[:5], "--slo-ms", "4"],
          ("no replica count can meet a p99 SLO of 4 ms", "batch 1 alone takes 5 ms"), code=1),

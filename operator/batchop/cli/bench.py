@@ -25,6 +25,7 @@ BENCH_DEFAULTS: dict[str, tuple[float, float]] = {
     "cpu-demo": (25.0, 2.0),
 }
 MAX_REPLICAS = 16
+MAX_SIM_REQUESTS = 50_000_000  # as `batchop simulate`: arrivals are allocated up front
 RESULT_KEYS = (
     "requests",
     "p50_ms",
@@ -162,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     jobs: list[dict[str, Any]] = []
     try:
         loaded = [(p, load_profile(p)) for p in profiles]
-        trace_names = {t: load_trace(t).name for t in traces}
+        trace_data = {t: load_trace(t) for t in traces}
+        trace_names = {t: data.name for t, data in trace_data.items()}
     except (ProfileError, TraceError) as exc:
         print(f"batchop bench: {exc}", file=sys.stderr)
         return 2
@@ -171,6 +173,14 @@ def run(args: argparse.Namespace) -> int:
         slo = args.slo_ms or slo
         scale = args.scale or scale
         for trace in traces:
+            offered = scale * sum((b - a) * r for a, b, r in trace_data[trace].segments())
+            if offered > MAX_SIM_REQUESTS:
+                print(
+                    f"batchop bench: {trace} at load scale {scale:g} offers {offered:.3g} "
+                    f"requests, past the simulator's limit of {MAX_SIM_REQUESTS:,}; lower --scale",
+                    file=sys.stderr,
+                )
+                return 2
             static_n = (
                 _static_replicas(profile, trace, scale, slo) if "static" in args.policies else 1
             )
