@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from batchop.cli.flags import bounded_int, non_negative_float, positive_float
 
-# Bounds of the flags: the API's for replicas and delays; a rate past MAX_RPS is a typo.
 if TYPE_CHECKING:
     from batchop.tuning.policy import Plan
 
+# Bounds of the flags: the API's for replicas, delays and the SLO; a rate past MAX_RPS is a
+# typo.
 MAX_REPLICAS = 1000
 MAX_DELAY_US = 10_000_000
 MAX_RPS = 1e9
