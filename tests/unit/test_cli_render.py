@@ -69,10 +69,12 @@ def test_invalid_model_names_file_object_field_and_rule(
 ) -> None:
     bad = minimal("bad", scaling={"minReplicas": 2, "replicas": 1})
     path = write(tmp_path, minimal("good"), bad)
-    assert main(["render", "-f", str(path)]) == 1
+    assert main(["render", "-f", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # nothing half-rendered for a pipe into kubectl apply
-    assert f"{path}: bad: spec.scaling.replicas: replicas must be within" in captured.err
+    lines = path.read_text().splitlines()  # the second model's replicas line
+    line = max(i for i, text in enumerate(lines) if text.strip().startswith("replicas:")) + 1
+    assert f"{path}:{line}: bad: spec.scaling.replicas: replicas must be within" in captured.err
 
 
 def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,10 +89,11 @@ def test_unreadable_and_malformed_files(tmp_path: Path, capsys: pytest.CaptureFi
     broken = tmp_path / "broken.yaml"
     broken.write_text("spec:\n  model: [\n")
     assert main(["render", "-f", str(broken)]) == 2
-    assert "broken.yaml: line" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "broken.yaml:3: not valid YAML" in err
 
 
 def test_file_without_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
-    assert main(["render", "-f", str(path)]) == 1
+    assert main(["render", "-f", str(path)]) == 2
     assert "no BatchedModel found" in capsys.readouterr().err

@@ -162,7 +162,7 @@ def test_simulate_rejects_by_default_and_queues_when_asked(
         (["--overload", "queue", "--max-queue-size", "4"], "only with --overload reject"),
         (["--queue-timeout-us", "2000"], "must exceed --max-delay-us"),
         (["--queue-timeout-us", "20000"], "below the SLO"),
-        (["--max-queue-size", "-1"], "must be >= 0"),
+        (["--max-queue-size", "-1"], "--max-queue-size: must be in 0.."),
     ],
 )
 def test_simulate_refuses_overload_flags_the_api_would_refuse(

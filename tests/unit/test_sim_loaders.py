@@ -51,7 +51,7 @@ def test_shared_profiles_load() -> None:
         (GOOD_PROFILE.replace("4: 3.5", "4: -1"), "field `batch_latency_ms.4`"),
         (GOOD_PROFILE.replace("name: toy\n", ""), "field `name` is required"),
         (GOOD_PROFILE.replace("startup_seconds: 12", "startup_seconds: -3"), ":3: field `startup"),
-        ("name: [unclosed\n", "malformed YAML"),
+        ("name: [unclosed\n", "not valid YAML"),
         ("- just\n- a list\n", "must be a YAML mapping"),
     ],
 )

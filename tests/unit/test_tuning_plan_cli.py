@@ -55,14 +55,17 @@ def test_plan_infeasible_exits_1(profile: Path, capsys: pytest.CaptureFixture[st
     # 2 replicas of ~2,600 req/s each cannot serve 50,000 req/s.
     code = main(["plan", "--profile", str(profile), "--rps", "50000", "--slo-ms", "25",
                  "--max-replicas", "2"])
-    assert code == 1 and "WARNING" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert code == 1 and captured.out == ""
+    assert "--max-replicas 2 serves about" in captured.err
+    assert "raise --max-replicas to" in captured.err and "req/s served" not in captured.err
 
 
 @pytest.mark.parametrize(
     "args,needle",
     [
-        (["--rps", "-1", "--slo-ms", "10"], "--rps must be >= 0"),
-        (["--rps", "10", "--slo-ms", "0"], "--slo-ms must be > 0"),
+        (["--rps", "-1", "--slo-ms", "10"], "--rps: must be >= 0"),
+        (["--rps", "10", "--slo-ms", "0"], "--slo-ms: must be > 0"),
         (["--rps", "10", "--slo-ms", "10", "--min-replicas", "3", "--max-replicas", "2"],
          "--min-replicas"),
     ],

@@ -921,7 +921,13 @@ class ObjectMeta(BaseModel):
         description="Also the name of the Deployment, Service, PodDisruptionBudget and "
         "PodMonitor, and a label value: a DNS-1035 label of at most 63 characters.",
     )
-    namespace: str | None = None
+    namespace: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=DNS1123_LABEL,
+        description="The namespace, as Kubernetes requires it: a DNS-1123 label.",
+    )
     uid: str | None = None
     generation: int | None = None
     resource_version: str | None = None

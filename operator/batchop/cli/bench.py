@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from batchop.cli.flags import positive_float
+
 POLICIES = (
     "batchop",
     "hpa",
@@ -46,6 +48,7 @@ DEFAULT_POLICIES = (
     "static-peak",
 )
 HPA_FRACTIONS = (0.5, 0.6, 0.7, 0.8, 0.9)
+MAX_SIM_REQUESTS = 50_000_000  # as `batchop simulate`: arrivals are allocated up front
 # profile name -> (SLO ms, load scale). Unknown profiles: SLO = 2 x latency(max batch), x1.
 BENCH_DEFAULTS: dict[str, tuple[float, float]] = {
     "bert-base-like": (25.0, 4.0),
@@ -117,8 +120,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=list(HPA_FRACTIONS),
         help="hpa/keda targets to sweep, as fractions of one replica's capacity",
     )
-    p.add_argument("--slo-ms", type=float, default=None, help="one SLO for every profile")
-    p.add_argument("--scale", type=float, default=None, help="one load scale for every profile")
+    p.add_argument("--slo-ms", type=positive_float, default=None, help="one SLO for every profile")
+    p.add_argument(
+        "--scale", type=positive_float, default=None, help="one load scale for every profile"
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--jobs", type=int, default=2, help="processes (at most 2)")
     p.add_argument("--out", default="bench/results", help="folder for bench.md and bench.json")
@@ -263,10 +268,22 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         loaded = [(p, load_profile(p)) for p in profiles]
-        trace_names = {t: load_trace(t).name for t in traces}
+        trace_data = {t: load_trace(t) for t in traces}
+        trace_names = {t: data.name for t, data in trace_data.items()}
     except (ProfileError, TraceError) as exc:
         print(f"batchop bench: {exc}", file=sys.stderr)
         return 2
+    for _, profile in loaded:
+        for trace, data in trace_data.items():
+            scale = args.scale or default_slo_scale(profile, data.name)[1]
+            offered = scale * sum((b - a) * r for a, b, r in data.segments())
+            if offered > MAX_SIM_REQUESTS:
+                print(
+                    f"batchop bench: {trace} at load scale {scale:g} offers {offered:.3g} "
+                    f"requests, past the simulator's limit of {MAX_SIM_REQUESTS:,}; lower --scale",
+                    file=sys.stderr,
+                )
+                return 2
     jobs = make_jobs(loaded, trace_names, args.policies, args.hpa_fractions, args)
     rows: list[dict[str, Any] | None] = [None] * len(jobs)
     started = time.perf_counter()

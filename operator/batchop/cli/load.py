@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from batchop.cli.flags import bounded_int, namespaced_name, positive_float
+
+# As for the simulator: arrivals are drawn up front, one entry per request.
+MAX_REQUESTS = 50_000_000
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,23 +24,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     rate = p.add_mutually_exclusive_group(required=True)
     rate.add_argument("--trace", help="trace CSV (second,rps)")
-    rate.add_argument("--rps", type=float, help="constant rate instead of a trace")
-    p.add_argument("--duration", type=float, default=30.0,
+    rate.add_argument("--rps", type=positive_float, help="constant rate instead of a trace")
+    p.add_argument("--duration", type=positive_float, default=30.0,
                    help="seconds of load with --rps (default 30)")
-    p.add_argument("--time-scale", type=float, default=1.0,
+    p.add_argument("--time-scale", type=positive_float, default=1.0,
                    help="multiply the trace's seconds (0.1: ten times faster; default 1)")
-    p.add_argument("--rate-scale", type=float, default=1.0,
+    p.add_argument("--rate-scale", type=positive_float, default=1.0,
                    help="multiply the trace's rates (default 1)")
     target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--bm", metavar="NAMESPACE/NAME", help="BatchedModel to load")
+    target.add_argument(
+        "--bm", type=namespaced_name, metavar="NAMESPACE/NAME", help="BatchedModel to load"
+    )
     target.add_argument("--url", action="append", metavar="HOST:PORT",
                         help="Triton HTTP endpoint on 127.x.y.z (repeatable)")
     p.add_argument("--model", help="Triton model name (with --url)")
     p.add_argument("--kubeconfig", help="kubeconfig of the local cluster (with --bm; "
                    "default: $KUBECONFIG or ~/.kube/config)")
     p.add_argument("--json", required=True, metavar="OUT", help="where to write the report")
-    p.add_argument("--seed", type=int, default=0, help="arrival-time seed (default 0)")
-    p.add_argument("--timeout", type=float, default=30.0,
+    p.add_argument("--seed", type=bounded_int(0, 2**63 - 1), default=0,
+                   help="arrival-time seed (default 0)")
+    p.add_argument("--timeout", type=positive_float, default=30.0,
                    help="per-request timeout in seconds (default 30)")
     p.add_argument("--no-records", action="store_true",
                    help="leave the per-request records out of the JSON")
@@ -58,18 +67,24 @@ def run(args: argparse.Namespace) -> int:
     from batchop.sim.trace import TraceError, constant_trace, load_trace
 
     try:
+        if Path(args.json).is_dir():
+            raise LoadError(f"--json {args.json}: is a directory; give a file name")
         if args.trace:
-            trace = load_trace(args.trace)
+            trace = load_trace(args.trace, max_requests=MAX_REQUESTS)
         else:
             if args.rps <= 0 or args.duration <= 0:
                 raise LoadError("--rps and --duration must be > 0")
             trace = constant_trace(args.rps, args.duration)
         if args.time_scale != 1.0 or args.rate_scale != 1.0:
             trace = scale_trace(trace, args.time_scale, args.rate_scale)
+        offered = sum((t1 - t0) * rps for t0, t1, rps in trace.segments())
+        if offered > MAX_REQUESTS:
+            raise LoadError(
+                f"the load would send {offered:.3g} requests, past the limit of "
+                f"{MAX_REQUESTS:,}; lower --rps/--rate-scale or --duration/--time-scale"
+            )
         if args.bm:
-            namespace, sep, name = args.bm.partition("/")
-            if not sep or not namespace or not name:
-                raise LoadError(f"--bm {args.bm!r}: expected NAMESPACE/NAME")
+            namespace, name = args.bm
             source = BatchedModelPods(namespace, name, args.kubeconfig)
         else:
             if not args.model:
@@ -92,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if warning:
         report["warning"] = warning
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(report, f)
     print(

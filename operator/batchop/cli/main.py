@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from batchop.cli.flags import Parser
+from batchop.inputs import InputError
+
+# Exit codes: 2 for usage and input errors (argparse's own), 1 for runtime errors.
+EXIT_RUNTIME = 1
+EXIT_INPUT = 2
 
 # Sub-command modules, in the order `--help` lists them.
 COMMAND_MODULES = [
@@ -27,7 +35,7 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="batchop",
         description="Operator for batched inference on Triton: tunes the queue delay and "
         "replica count of each BatchedModel to keep p99 within its SLO with the fewest GPUs.",
@@ -45,13 +53,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; every failure ends as one line on stderr and an exit code, never a
+    traceback (BATCHOP_DEBUG=1 shows the traceback of an unexpected error)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already reported
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        return EXIT_INPUT
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except InputError as exc:
+        print(f"batchop {args.command}: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as exc:
+        target = f"{exc.filename}: " if exc.filename else ""
+        print(f"batchop {args.command}: {target}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except Exception as exc:
+        if os.environ.get("BATCHOP_DEBUG"):
+            raise
+        text = " ".join(str(exc).split()) or "(no message)"
+        print(
+            f"batchop {args.command}: internal error: {type(exc).__name__}: {text} "
+            "(BATCHOP_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_RUNTIME
 
 
 if __name__ == "__main__":

@@ -4,8 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from batchop.cli.flags import bounded_int, non_negative_float, positive_float
+
+if TYPE_CHECKING:
+    from batchop.tuning.policy import Plan
+
+# Bounds of the flags: the API's for replicas, delays and the SLO; a rate past MAX_RPS is a
+# typo.
+MAX_REPLICAS = 1000
+MAX_DELAY_US = 10_000_000
+MAX_RPS = 1e9
+MAX_SLO_MS = 600_000
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,12 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "fewest replicas and the delay that keep p99 within the SLO margin at a steady rate.",
     )
     p.add_argument("--profile", required=True, help="latency profile YAML")
-    p.add_argument("--rps", required=True, type=float, help="steady request rate (req/s)")
-    p.add_argument("--slo-ms", required=True, type=float, help="p99 latency SLO (ms)")
-    p.add_argument("--min-replicas", type=int, default=1)
-    p.add_argument("--max-replicas", type=int, default=8)
-    p.add_argument("--min-delay-us", type=int, default=0)
-    p.add_argument("--max-delay-us", type=int, default=20_000)
+    p.add_argument(
+        "--rps", required=True, type=non_negative_float, help="steady request rate (req/s)"
+    )
+    p.add_argument("--slo-ms", required=True, type=positive_float, help="p99 latency SLO (ms)")
+    replicas, delay_us = bounded_int(0, MAX_REPLICAS), bounded_int(0, MAX_DELAY_US)
+    p.add_argument("--min-replicas", type=replicas, default=1)
+    p.add_argument("--max-replicas", type=replicas, default=8)
+    p.add_argument("--min-delay-us", type=delay_us, default=0)
+    p.add_argument("--max-delay-us", type=delay_us, default=20_000)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=run)
 
@@ -29,8 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _check(args: argparse.Namespace) -> str | None:
     if args.rps < 0:
         return f"--rps must be >= 0, got {args.rps:g}"
-    if args.slo_ms <= 0:
-        return f"--slo-ms must be > 0, got {args.slo_ms:g}"
+    if args.rps > MAX_RPS:
+        return f"--rps must be <= {MAX_RPS:,.0f}, got {args.rps:g}"
+    if not 0 < args.slo_ms <= MAX_SLO_MS:
+        return f"--slo-ms must be in (0, {MAX_SLO_MS:,}] ms (the API's bound), got {args.slo_ms:g}"
     if not 1 <= args.min_replicas <= args.max_replicas:
         return (
             f"need 1 <= --min-replicas <= --max-replicas, got {args.min_replicas} and "
@@ -68,9 +87,21 @@ def run(args: argparse.Namespace) -> int:
         max_delay_us=args.max_delay_us,
     )
     plan = recommend(prior_curve(profile.batch_latency_ms), args.rps, spec)
+    if not plan.feasible and plan.capacity_rps_per_replica <= 0:
+        batch1 = profile.batch_latency_ms[0][1]
+        print(
+            f"batchop plan: no replica count can meet a p99 SLO of {args.slo_ms:g} ms: batch 1 "
+            f"alone takes {batch1:g} ms in {args.profile} and the plan keeps p99 <= "
+            f"{plan.target_ms:g} ms; raise --slo-ms",
+            file=sys.stderr,
+        )
+        return 1
     if args.json:
         print(json.dumps({"profile": profile.name, **asdict(plan)}, indent=2))
         return 0 if plan.feasible else 1
+    if not plan.feasible:
+        print(f"batchop plan: {_short_of_replicas(plan, args)}", file=sys.stderr)
+        return 1
     gpus = plan.replicas * spec.gpus_per_replica
     print(
         f"profile {profile.name}: {args.rps:,.0f} req/s, p99 SLO {args.slo_ms:g} ms "
@@ -88,10 +119,22 @@ def run(args: argparse.Namespace) -> int:
         f"  throughput per GPU  {plan.rps_per_gpu:,.0f} req/s served; "
         f"{plan.capacity_rps_per_replica:,.0f} req/s per replica at the SLO margin"
     )
-    if not plan.feasible:
-        print(
-            f"  WARNING: even {plan.replicas} replicas miss the margin; raise --max-replicas "
-            "or the SLO"
-        )
-        return 1
     return 0
+
+
+def _short_of_replicas(plan: Plan, args: argparse.Namespace) -> str:
+    """Why a plan failed when replicas could fix it: how many it would take."""
+    from batchop.tuning.policy import HEADROOM
+
+    need = math.ceil(args.rps * (1 + HEADROOM) / plan.capacity_rps_per_replica)
+    served = plan.capacity_rps_per_replica * args.max_replicas
+    advice = (
+        f"raise --max-replicas to {need} or the SLO"
+        if need <= MAX_REPLICAS
+        else f"that needs {need:,} replicas, more than the API's {MAX_REPLICAS}: raise the SLO"
+    )
+    return (
+        f"--max-replicas {args.max_replicas} serves about {served:,.0f} req/s within "
+        f"p99 <= {plan.target_ms:g} ms, short of {args.rps:,.0f} req/s (with "
+        f"{HEADROOM:.0%} headroom); {advice}"
+    )

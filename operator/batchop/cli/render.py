@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-EXIT_INVALID = 1
+from batchop.cli.flags import bounded_int
+
+if TYPE_CHECKING:
+    from batchop.inputs import YamlDocument
+
+# Both are input errors (exit 2, as for every command); kept apart for readers of the code.
+EXIT_INVALID = 2
 EXIT_UNREADABLE = 2
 
 
@@ -37,20 +43,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--replicas",
-        type=int,
+        type=bounded_int(0, 1000),
         metavar="N",
         help="render the Deployment at N replicas (default: spec.scaling.replicas)",
     )
     parser.set_defaults(func=run)
 
 
-def _load(path: str, stdin: TextIO) -> list[Any]:
-    import yaml
+def _load(path: str, stdin: TextIO) -> list[YamlDocument]:
+    """The documents of `path`; InputError (file:line: rule) for unreadable text, malformed
+    YAML or a repeated key."""
+    from batchop.inputs import parse_yaml, read_text
 
-    if path == "-":
-        return list(yaml.safe_load_all(stdin))
-    with open(path, encoding="utf-8") as handle:
-        return list(yaml.safe_load_all(handle))
+    where = "<stdin>" if path == "-" else path
+    return parse_yaml(read_text(path, "manifest", stdin=stdin), where)
 
 
 def _label(doc: Any, index: int) -> str:
@@ -73,42 +79,53 @@ def run(
 
     from batchop.api.errors import SpecError
     from batchop.api.models import parse_batched_model
+    from batchop.inputs import InputError
     from batchop.render import RenderOptions, render_children
 
     out, err = stdout or sys.stdout, stderr or sys.stderr
     where = "<stdin>" if args.filename == "-" else args.filename
     try:
         docs = _load(args.filename, sys.stdin)
-    except OSError as exc:
-        print(f"{where}: cannot read: {exc.strerror or exc}", file=err)
+    except InputError as exc:
+        print(f"batchop render: {exc}", file=err)
         return EXIT_UNREADABLE
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}: " if mark is not None else ""
-        print(f"{where}: {line}not valid YAML: {getattr(exc, 'problem', None) or exc}", file=err)
-        return EXIT_UNREADABLE
-    if args.replicas is not None and args.replicas < 0:
-        print(f"--replicas: must be >= 0, got {args.replicas}", file=err)
-        return EXIT_INVALID
 
     models, failures = [], 0
-    for index, doc in enumerate(docs):
+    for index, document in enumerate(docs):
+        doc = document.data
+        at = f"{where}:{document.line}: {_label(doc, index)}"
         if doc is None:
             continue
         if not isinstance(doc, dict):
-            print(f"{where}: {_label(doc, index)}: not a Kubernetes object (a mapping)", file=err)
+            print(f"{at}: not a Kubernetes object (a mapping)", file=err)
             failures += 1
             continue
         if not _is_batched_model(doc):
             kind = doc.get("kind", "object without kind")
-            print(f"{where}: {_label(doc, index)}: skipping {kind} (not a BatchedModel)", file=err)
+            print(f"{at}: skipping {kind} (not a BatchedModel)", file=err)
             continue
         try:
-            models.append(parse_batched_model(doc))
+            bm = parse_batched_model(doc)
         except SpecError as exc:
             failures += 1
             for violation in exc.violations:
-                print(f"{where}: {_label(doc, index)}: {violation}", file=err)
+                line = document.line_of(violation.path)
+                print(f"{where}:{line}: {_label(doc, index)}: {violation}", file=err)
+            continue
+        scaling = bm.spec.scaling
+        if args.replicas is not None and not (
+            scaling.min_replicas <= args.replicas <= scaling.max_replicas
+        ):
+            line = document.line_of("spec.scaling")
+            print(
+                f"{where}:{line}: {_label(doc, index)}: --replicas {args.replicas} is outside "
+                f"spec.scaling minReplicas..maxReplicas ({scaling.min_replicas}.."
+                f"{scaling.max_replicas})",
+                file=err,
+            )
+            failures += 1
+            continue
+        models.append(bm)
     if failures:
         return EXIT_INVALID
     if not models:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from batchop.cli.flags import bounded_int, positive_float
 
 # As batchop.sim.baselines.POLICIES (not imported: the CLI loads numpy only when it runs).
 POLICY_NAMES = (
@@ -23,6 +26,16 @@ POLICY_NAMES = (
     "reactive-oracle",
 )
 
+# Bounds of the flags: the API's where it has them (scaling, batching), and what a simulation
+# can hold: arrivals are allocated up front, 8 bytes and more per request, and the loop steps
+# per scrape, so a trace past these is refused before anything is allocated.
+MAX_REPLICAS = 1000
+MAX_DELAY_US = 10_000_000
+MAX_REQUESTS = 50_000_000
+MAX_SLO_MS = 600_000
+MAX_TRACE_SECONDS = 30 * 86_400.0
+MIN_INTERVAL_S = 1.0
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -33,23 +46,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--profile", required=True, help="latency profile YAML")
     p.add_argument("--trace", required=True, help="trace CSV (second,rps)")
-    p.add_argument("--slo-ms", type=float, required=True, help="p99 latency SLO (ms)")
+    p.add_argument("--slo-ms", type=positive_float, required=True, help="p99 latency SLO (ms)")
     p.add_argument("--policy", choices=POLICY_NAMES, default="batchop")
     p.add_argument(
         "--hpa-fraction",
-        type=float,
+        type=positive_float,
         default=0.7,
         help="hpa/keda target: requests/s per replica as this fraction of one replica's "
         "capacity within the SLO",
     )
-    p.add_argument("--delay-us", type=int, default=500, help="starting (static: fixed) delay")
-    p.add_argument("--replicas", type=int, default=1, help="starting (static: fixed) replicas")
-    p.add_argument("--min-replicas", type=int, default=1)
-    p.add_argument("--max-replicas", type=int, default=8)
-    p.add_argument("--min-delay-us", type=int, default=0)
-    p.add_argument("--max-delay-us", type=int, default=20_000)
-    p.add_argument("--interval", type=float, default=30.0, help="controller interval (s)")
-    p.add_argument("--instances", type=int, default=1, help="model instances per replica")
+    delay_us, replicas = bounded_int(0, MAX_DELAY_US), bounded_int(0, MAX_REPLICAS)
+    p.add_argument("--delay-us", type=delay_us, default=500, help="starting (static: fixed) delay")
+    p.add_argument(
+        "--replicas", type=replicas, default=1, help="starting (static: fixed) replicas"
+    )
+    p.add_argument("--min-replicas", type=replicas, default=1)
+    p.add_argument("--max-replicas", type=replicas, default=8)
+    p.add_argument("--min-delay-us", type=delay_us, default=0)
+    p.add_argument("--max-delay-us", type=delay_us, default=20_000)
+    p.add_argument(
+        "--interval", type=positive_float, default=30.0, help="controller interval (s)"
+    )
+    p.add_argument(
+        "--instances", type=bounded_int(1, 64), default=1, help="model instances per replica"
+    )
     p.add_argument(
         "--overload",
         choices=("reject", "queue"),
@@ -60,19 +80,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--queue-timeout-us",
-        type=int,
+        type=delay_us,
         default=None,
         help="queue timeout with --overload reject (default: derived as the API does, the "
         "SLO minus the profile's full-batch time, at least --max-delay-us + 1 ms)",
     )
     p.add_argument(
         "--max-queue-size",
-        type=int,
+        type=bounded_int(0, 1 << 30),
         default=0,
         help="most requests waiting per replica with --overload reject (0: unbounded)",
     )
-    p.add_argument("--clients", type=int, default=None, help="closed loop with N clients")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--clients", type=bounded_int(1, 100_000), default=None, help="closed loop with N clients"
+    )
+    p.add_argument("--seed", type=bounded_int(0, 2**63 - 1), default=0)
     p.add_argument("--json", required=True, help="write the result here ('-' for stdout)")
     p.add_argument("--plot", default=None, help="write a PNG of load, p99, delay, replicas")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -100,8 +122,8 @@ def build_spec(args: argparse.Namespace, profile: Any) -> Any:
 
 def check_args(args: argparse.Namespace) -> str | None:
     """The first rule the arguments break, or None."""
-    if args.slo_ms <= 0:
-        return "--slo-ms must be > 0"
+    if not 0 < args.slo_ms <= MAX_SLO_MS:
+        return f"--slo-ms must be in (0, {MAX_SLO_MS:,}] ms (the API's bound), got {args.slo_ms:g}"
     if not 1 <= args.min_replicas <= args.max_replicas:
         return "need 1 <= --min-replicas <= --max-replicas"
     if not args.min_replicas <= args.replicas <= args.max_replicas:
@@ -112,11 +134,30 @@ def check_args(args: argparse.Namespace) -> str | None:
         return "--instances must be >= 1"
     if args.clients is not None and args.clients < 1:
         return "--clients must be >= 1"
-    if args.interval <= 0:
-        return "--interval must be > 0"
+    if not MIN_INTERVAL_S <= args.interval <= 3600:
+        return f"--interval must be in [{MIN_INTERVAL_S:g}, 3600] s, got {args.interval:g}"
     if not 0 < args.hpa_fraction <= 1:
         return "--hpa-fraction must be in (0, 1]"
-    return _check_overload(args)
+    return _check_overload(args) or check_outputs(args)
+
+
+def check_outputs(args: argparse.Namespace) -> str | None:
+    """Refuse output paths that could only fail after the run, so nothing is half-written."""
+    if args.json != "-" and Path(args.json).is_dir():
+        return f"--json {args.json}: is a directory; give a file name"
+    if args.plot:
+        if Path(args.plot).is_dir():
+            return f"--plot {args.plot}: is a directory; give a file name"
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        kinds = sorted(FigureCanvasBase.get_supported_filetypes())
+        suffix = Path(args.plot).suffix.lstrip(".").lower()
+        if suffix not in kinds:
+            return (
+                f"--plot {args.plot}: unsupported image type {suffix or '(none)'!r}; "
+                f"use one of {', '.join(kinds)}"
+            )
+    return None
 
 
 def _check_overload(args: argparse.Namespace) -> str | None:
@@ -149,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         profile = load_profile(args.profile)
-        trace = load_trace(args.trace)
+        trace = load_trace(args.trace, max_requests=MAX_REQUESTS, max_seconds=MAX_TRACE_SECONDS)
     except (ProfileError, TraceError) as exc:
         print(f"batchop simulate: {exc}", file=sys.stderr)
         return 2
@@ -172,15 +213,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(file=sys.stderr)
     text = json.dumps(result, indent=1, default=_jsonable)
+    if args.plot:  # first: a plot that fails leaves no JSON behind
+        from batchop.sim.plot import plot_timeline
+
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        plot_timeline(result, args.plot)
     if args.json == "-":
         print(text)
     else:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(text + "\n")
-    if args.plot:
-        from batchop.sim.plot import plot_timeline
-
-        plot_timeline(result, args.plot)
+        _write_whole(Path(args.json), text + "\n")
     if not args.quiet:
         keys = (
             "requests",
@@ -197,6 +238,17 @@ def run(args: argparse.Namespace) -> int:
         )
         print("  ".join(f"{k}={_short(result[k])}" for k in keys), file=sys.stderr)
     return 0
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write through a temporary file and rename, so a reader never sees half a result."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(text)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _short(v: object) -> str:

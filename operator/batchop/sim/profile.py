@@ -12,11 +12,30 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
+
+from batchop.inputs import InputError, parse_yaml, read_text
 
 
-class ProfileError(ValueError):
+class ProfileError(InputError):
     """A profile file that cannot be used; the message names the file, line and field."""
+
+
+# The bounds of the API's latencyProfile and maxBatchSize (api/models.py), and what a profile
+# could sensibly say: anything past them is a typo, and a huge max_batch_size would make the
+# simulator allocate a table of that size.
+MAX_BATCH_SIZE = 65536
+LATENCY_CEILING_MS = 600_000.0
+MAX_STARTUP_SECONDS = 86_400.0
+MAX_OVERLAP_SLOWDOWN = 64.0
+MAX_GPUS_PER_REPLICA = 64
+KNOWN_FIELDS = (
+    "name",
+    "max_batch_size",
+    "batch_latency_ms",
+    "startup_seconds",
+    "gpus_per_replica",
+    "overlap_slowdown",
+)
 
 
 @dataclass(frozen=True)
@@ -48,82 +67,90 @@ class Profile:
         return self.max_batch_size / (self.latency_ms(self.max_batch_size) / 1000.0)
 
 
-def _lines(node: yaml.Node) -> dict[str, tuple[int, yaml.Node]]:
-    """Key -> (1-based line, value node) for a YAML mapping node."""
-    out: dict[str, tuple[int, yaml.Node]] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            out[str(key.value)] = (key.start_mark.line + 1, value)
-    return out
-
-
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile YAML file."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read profile: {exc.strerror or exc}") from exc
-    try:
-        node = yaml.compose(text)
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ProfileError(f"{where}: malformed YAML: {getattr(exc, 'problem', exc)}") from exc
-    if not isinstance(data, dict) or node is None:
-        raise ProfileError(f"{path}:1: a profile must be a YAML mapping")
-    lines = _lines(node)
+        text = read_text(path, "profile")
+        docs = parse_yaml(text, str(path))
+    except InputError as exc:
+        raise ProfileError(str(exc)) from None
+    if not docs or docs[0].data is None:
+        raise ProfileError(f"{path}:1: empty profile; it must be a YAML mapping")
+    if len(docs) > 1:
+        raise ProfileError(f"{path}:{docs[1].line}: a profile is one YAML document, not several")
+    doc = docs[0]
+    data: Any = doc.data
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}:{doc.line}: a profile must be a YAML mapping")
 
     def fail(field: str, rule: str) -> ProfileError:
-        line = lines.get(field.split(".")[0], (1, None))[0]
-        return ProfileError(f"{path}:{line}: field `{field}`: {rule}")
+        return ProfileError(f"{path}:{doc.line_of(field)}: field `{field}`: {rule}")
 
+    for key in data:
+        if key not in KNOWN_FIELDS:
+            raise fail(str(key), "unknown field (known: " + ", ".join(KNOWN_FIELDS) + ")")
     for required in ("name", "max_batch_size", "batch_latency_ms"):
         if required not in data:
-            raise ProfileError(f"{path}:1: field `{required}` is required")
+            raise ProfileError(f"{path}:{doc.line}: field `{required}` is required")
 
     name = data["name"]
     if not isinstance(name, str) or not name:
         raise fail("name", "must be a non-empty string")
     mbs = data["max_batch_size"]
-    if isinstance(mbs, bool) or not isinstance(mbs, int) or mbs < 1:
-        raise fail("max_batch_size", f"must be an integer >= 1, got {mbs!r}")
+    if isinstance(mbs, bool) or not isinstance(mbs, int) or not 1 <= mbs <= MAX_BATCH_SIZE:
+        raise fail("max_batch_size", f"must be an integer in 1..{MAX_BATCH_SIZE}, got {mbs!r}")
 
     curve = data["batch_latency_ms"]
     if not isinstance(curve, dict) or not curve:
         raise fail("batch_latency_ms", "must be a non-empty mapping of batch size to ms")
-    curve_node = lines["batch_latency_ms"][1]
-    entry_lines = {str(k.value): k.start_mark.line + 1 for k, _ in curve_node.value}
     points: list[tuple[int, float]] = []
+    lines: dict[int, int] = {}
     for size, ms in curve.items():
-        line = entry_lines.get(str(size), lines["batch_latency_ms"][0])
         field = f"batch_latency_ms.{size}"
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ProfileError(
-                f"{path}:{line}: field `{field}`: batch size must be an integer >= 1"
-            )
-        if isinstance(ms, bool) or not isinstance(ms, int | float) or not ms > 0:
-            raise ProfileError(f"{path}:{line}: field `{field}`: latency must be a number > 0 ms")
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_BATCH_SIZE:
+            raise fail(field, f"batch size must be an integer in 1..{MAX_BATCH_SIZE}")
+        if (
+            isinstance(ms, bool)
+            or not isinstance(ms, int | float)
+            or not 0 < ms <= LATENCY_CEILING_MS
+        ):
+            raise fail(field, f"latency must be a number of ms in (0, {LATENCY_CEILING_MS:g}]")
         points.append((size, float(ms)))
+        lines[size] = doc.line_of(field)
     points.sort()
     if points[0][0] != 1:
         raise fail("batch_latency_ms", "must include batch size 1 (the cost of a lone request)")
+    slowest = points[0]
+    for size, ms in points[1:]:
+        if ms < slowest[1]:
+            raise ProfileError(
+                f"{path}:{lines[size]}: field `batch_latency_ms.{size}`: latency must not fall "
+                f"as batch size grows: batch {size} takes {ms:g} ms, batch {slowest[0]} "
+                f"takes {slowest[1]:g} ms"
+            )
+        slowest = (size, ms)
 
-    def number(field: str, default: float, minimum: float) -> float:
+    def number(field: str, default: float, minimum: float, maximum: float) -> float:
         value = data.get(field, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
-            raise fail(field, f"must be a number >= {minimum}, got {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not minimum <= value <= maximum
+        ):
+            raise fail(field, f"must be a number in [{minimum:g}, {maximum:g}], got {value!r}")
         return float(value)
 
     gpus = data.get("gpus_per_replica", 1)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
-        raise fail("gpus_per_replica", f"must be an integer >= 0, got {gpus!r}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_GPUS_PER_REPLICA:
+        raise fail(
+            "gpus_per_replica", f"must be an integer in 0..{MAX_GPUS_PER_REPLICA}, got {gpus!r}"
+        )
     return Profile(
         name=name,
         max_batch_size=mbs,
         batch_latency_ms=tuple(points),
-        startup_seconds=number("startup_seconds", 0.0, 0.0),
+        startup_seconds=number("startup_seconds", 0.0, 0.0, MAX_STARTUP_SECONDS),
         gpus_per_replica=gpus,
-        overlap_slowdown=number("overlap_slowdown", 2.0, 1.0),
+        overlap_slowdown=number("overlap_slowdown", 2.0, 1.0, MAX_OVERLAP_SLOWDOWN),
     )

@@ -12,8 +12,10 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
+from batchop.inputs import InputError, read_text
 
-class TraceError(ValueError):
+
+class TraceError(InputError):
     """A trace file that cannot be used; the message names the file, line and field."""
 
 
@@ -68,18 +70,32 @@ def constant_trace(rps: float, seconds: float) -> Trace:
     return Trace(seconds=(0.0, float(seconds)), rps=(float(rps), float(rps)), name=f"const-{rps}")
 
 
-def load_trace(path: str | Path) -> Trace:
-    """Read and validate a trace CSV file."""
+def load_trace(
+    path: str | Path, max_requests: float | None = None, max_seconds: float | None = None
+) -> Trace:
+    """Read and validate a trace CSV file.
+
+    `max_requests` and `max_seconds` bound the requests the trace offers and its length, for
+    callers that allocate per request or step per second (the simulator): a trace past them
+    is refused here, naming the line that crosses the limit, before anything is allocated.
+    """
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from exc
-    rows = list(csv.reader(text.splitlines()))
-    if not rows or [c.strip() for c in rows[0]] != ["second", "rps"]:
+        text = read_text(path, "trace")
+    except InputError as exc:
+        raise TraceError(str(exc)) from None
+    try:
+        rows = list(csv.reader(text.splitlines()))
+    except csv.Error as exc:
+        raise TraceError(f"{path}: not a CSV file: {exc}") from None
+    if not rows:
+        raise TraceError(f"{path}:1: empty trace; it needs the header `second,rps`")
+    if [c.strip() for c in rows[0]] != ["second", "rps"]:
         raise TraceError(f"{path}:1: header must be `second,rps`")
     seconds: list[float] = []
     rates: list[float] = []
+    offered = 0.0
+    rate_line = 0  # the line of the rate in force
     for lineno, row in enumerate(rows[1:], start=2):
         if not row or all(not c.strip() for c in row):
             continue
@@ -94,7 +110,7 @@ def load_trace(path: str | Path) -> Trace:
                     f"{path}:{lineno}: field `{field}`: not a number: {cell.strip()!r}"
                 ) from None
             if not math.isfinite(value):
-                raise TraceError(f"{path}:{lineno}: field `{field}`: must be finite")
+                raise TraceError(f"{path}:{lineno}: field `{field}`: must be finite, got {cell!r}")
             values.append(value)
         second, rps = values
         if second < 0:
@@ -105,6 +121,20 @@ def load_trace(path: str | Path) -> Trace:
             raise TraceError(
                 f"{path}:{lineno}: field `second`: must increase, {second:g} after {seconds[-1]:g}"
             )
+        if max_seconds is not None and second > max_seconds:
+            raise TraceError(
+                f"{path}:{lineno}: field `second`: {second:g} s is past the limit of "
+                f"{max_seconds:,.0f} s"
+            )
+        if seconds:
+            offered += rates[-1] * (second - seconds[-1])
+            if max_requests is not None and offered > max_requests:
+                raise TraceError(
+                    f"{path}:{rate_line}: field `rps`: the trace offers {offered:.3g} requests "
+                    f"by second {second:g}, past the limit of {max_requests:,.0f}; lower the "
+                    "rates or shorten it"
+                )
+        rate_line = lineno
         seconds.append(second)
         rates.append(rps)
     if len(seconds) < 2:
