@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from batchop.cli.output import add_output_flag, dumps, emit
+
+if TYPE_CHECKING:
+    from batchop.sim.profile import Profile
+    from batchop.tuning.policy import Plan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,8 +28,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-replicas", type=int, default=8)
     p.add_argument("--min-delay-us", type=int, default=0)
     p.add_argument("--max-delay-us", type=int, default=20_000)
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_output_flag(p, json_alias=True)
     p.set_defaults(func=run)
+
+
+def snippet(profile: Profile, plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
+    """The BatchedModel spec fields the plan sets, to paste into a manifest: the planned
+    delay and replicas, their bounds, the SLO, and the profile as the tuner's prior."""
+    return {
+        "spec": {
+            "model": {
+                "maxBatchSize": profile.max_batch_size,
+                "latencyProfile": [
+                    {"batchSize": b, "milliseconds": round(ms, 3)}
+                    for b, ms in profile.batch_latency_ms
+                ],
+            },
+            "scaling": {
+                "replicas": plan.replicas,
+                "minReplicas": args.min_replicas,
+                "maxReplicas": args.max_replicas,
+            },
+            "batching": {
+                "maxQueueDelayMicroseconds": plan.delay_us,
+                "minQueueDelayMicroseconds": args.min_delay_us,
+                "maxQueueDelayLimitMicroseconds": args.max_delay_us,
+            },
+            "slo": {"p99LatencyMilliseconds": args.slo_ms},
+        }
+    }
 
 
 def _check(args: argparse.Namespace) -> str | None:
@@ -68,8 +101,9 @@ def run(args: argparse.Namespace) -> int:
         max_delay_us=args.max_delay_us,
     )
     plan = recommend(prior_curve(profile.batch_latency_ms), args.rps, spec)
-    if args.json:
-        print(json.dumps({"profile": profile.name, **asdict(plan)}, indent=2))
+    paste = snippet(profile, plan, args)
+    if args.output != "text":
+        emit({"profile": profile.name, **asdict(plan), "batchedModel": paste}, args.output)
         return 0 if plan.feasible else 1
     gpus = plan.replicas * spec.gpus_per_replica
     print(
@@ -94,4 +128,6 @@ def run(args: argparse.Namespace) -> int:
             "or the SLO"
         )
         return 1
+    print("\nBatchedModel fields to paste (merge into your manifest's spec):\n")
+    print(dumps(paste, "yaml"), end="")
     return 0

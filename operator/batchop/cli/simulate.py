@@ -134,9 +134,9 @@ def run(args: argparse.Namespace) -> int:
     spec = build_spec(args, profile)
     policy = make_policy(args.policy, profile, trace, spec, args.delay_us, args.replicas)
 
-    def progress(frac: float) -> None:
-        print(f"\rsimulating {args.policy}: {frac:4.0%}", end="", file=sys.stderr, flush=True)
+    from batchop.cli.output import Progress
 
+    progress = Progress(f"simulating {args.policy}")
     config = SimConfig(
         seed=args.seed,
         clients=args.clients,
@@ -144,8 +144,7 @@ def run(args: argparse.Namespace) -> int:
         progress=None if args.quiet else progress,
     )
     result = summarize(simulate(profile, trace, spec, policy, config), args.slo_ms)
-    if not args.quiet:
-        print(file=sys.stderr)
+    progress.done()
     text = json.dumps(result, indent=1, default=_jsonable)
     if args.json == "-":
         print(text)
