@@ -69,7 +69,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.every = every
-        self._next = 0.0
+        self._last = -1  # the last step printed off a terminal
         self._drawn = False
 
     def __call__(self, frac: float) -> None:
@@ -78,10 +78,10 @@ class Progress:
             self.stream.write("\r" + text)
             self.stream.flush()
             self._drawn = True
-        elif frac >= self._next:
+        elif (step := math.floor(frac / self.every + 1e-6)) > self._last:
+            self._last = step
             self.stream.write(text + "\n")
             self.stream.flush()
-            self._next = (math.floor(frac / self.every + 1e-9) + 1) * self.every
 
     def done(self) -> None:
         """End the redrawn line on a terminal (nothing to do elsewhere)."""
