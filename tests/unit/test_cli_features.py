@@ -248,3 +248,17 @@ def test_simulate_progress_in_a_log_has_no_carriage_return(profile: Path,
     assert run.returncode == 0, run.stderr
     assert "\r" not in run.stderr
     assert "simulating batchop:" in run.stderr
+
+
+# --- docs --------------------------------------------------------------------------------
+
+def test_docs_cli_lists_every_command_with_an_example() -> None:
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    tree = walk(build_parser())
+    commands = [path for path in tree if path.count(" ") == 1]
+    assert len(commands) >= 12
+    for path in commands:
+        assert f"`{path}" in doc, f"docs/cli.md does not describe `{path}`"
+        example = [line for line in doc.splitlines()
+                   if line.startswith("    ") and path in line and "#" not in line[:6]]
+        assert example, f"docs/cli.md has no example of `{path}`"
