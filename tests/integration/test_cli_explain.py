@@ -49,8 +49,9 @@ def test_explain_reads_status_and_events(live: tuple[Any, str]) -> None:
         "metrics": {"requestsPerSecond": 950, "p99LatencyMilliseconds": 31.5,
                     "averageBatchSize": 7.9, "queueMilliseconds": 0.8,
                     "rejectedPerSecond": 0},
-        "lastDecision": {"time": "2026-12-02T00:55:00Z", "replicas": 3,
-                         "maxQueueDelayMicroseconds": 1200, "reason": REASON},
+        "lastDecision": {"time": "2026-12-02T00:55:00Z", "kind": "scale-up", "replicas": 3,
+                         "maxQueueDelayMicroseconds": 1200,
+                         "predictedP99Milliseconds": 17.9, "reason": REASON},
         "conditions": [{"type": "SLOMet", "status": "False", "reason": "P99AboveSLO",
                         "message": "p99 31.5 ms > SLO 50 ms margin",
                         "lastTransitionTime": "2026-12-02T00:55:00Z"}],
@@ -78,6 +79,8 @@ def test_explain_reads_status_and_events(live: tuple[Any, str]) -> None:
     assert f"BatchedModel {ns}/resnet" in text.stdout
     assert "2 ready of 1 desired" in text.stdout  # spec.scaling.replicas is 1 in the manifest
     assert f"why           {REASON}" in text.stdout
+    assert "kind          scale-up" in text.stdout
+    assert "predicted p99 17.9 ms" in text.stdout
     assert "rate 950 req/s, p99 31.5 ms (SLO 50 ms)" in text.stdout
     assert "SLOMet            False    P99AboveSLO" in text.stdout
     assert "Scaled: replicas 2 -> 3 (p99 over margin)" in text.stdout
