@@ -79,16 +79,31 @@ def test_dumps_json_and_yaml_carry_the_same_object_and_no_nan() -> None:
 
 
 def test_every_output_flag_means_the_same_formats() -> None:
-    """-o takes text|json|yaml wherever it exists; --json as a flag is only its alias."""
-    tree = build_parser()
+    """-o takes text|json|yaml wherever it exists (manifest printers: yaml|json, no text
+    form); --json as a flag is only its alias."""
+    manifests = {"batchop render", "batchop crd"}
     found = []
-    for path, node in walk(tree).items():
+    for path, node in walk(build_parser()).items():
         if "-o" in node.options:
-            assert node.choices["-o"] == ["text", "json", "yaml"], path
+            want = ["yaml", "json"] if path in manifests else ["text", "json", "yaml"]
+            assert node.choices["-o"] == want, path
             found.append(path)
-    assert {"batchop plan", "batchop version", "batchop explain", "batchop local status"} <= set(
-        found
-    )
+    assert {"batchop plan", "batchop version", "batchop explain", "batchop local status",
+            *manifests} <= set(found)
+
+
+def test_manifests_as_json_are_the_same_objects(capsys: pytest.CaptureFixture[str]) -> None:
+    example = str(ROOT / "examples" / "resnet50.yaml")
+    assert main(["render", "-f", example]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert main(["render", "-f", example, "-o", "json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["apiVersion"] == "v1" and listing["kind"] == "List"
+    assert listing["items"] == docs and len(docs) >= 3
+    assert main(["crd"]) == 0
+    crd = yaml.safe_load(capsys.readouterr().out)
+    assert main(["crd", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == crd
 
 
 def test_plan_json_alias_equals_output_json(

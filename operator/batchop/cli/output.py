@@ -1,7 +1,9 @@
 """One meaning of `-o/--output` for every command that prints objects, and progress lines.
 
 `-o json` and `-o yaml` print the command's object (the same keys in both) on stdout;
-`-o text` (the default) prints it for people. `--json`, where a command had it as a flag,
+`-o text` (the default) prints it for people. Commands that print Kubernetes manifests
+(`render`, `crd`) have no text form: YAML is their default; `-o json` prints one object as
+itself and several as a `v1 List`, as kubectl does. `--json`, where a command had it as a flag,
 is an alias of `-o json` and nothing else. (`simulate --json FILE` and `load --json FILE`
 name a result file; they are not this flag.)
 """
@@ -17,12 +19,19 @@ from typing import Any, TextIO
 FORMATS = ("text", "json", "yaml")
 
 
-def add_output_flag(parser: argparse.ArgumentParser, json_alias: bool = False) -> None:
-    """Add `-o/--output text|json|yaml` (and `--json` as an alias of `-o json`)."""
-    parser.add_argument(
-        "-o", "--output", choices=FORMATS, default="text",
-        help="print the result as text, JSON or YAML",
-    )
+def add_output_flag(
+    parser: argparse.ArgumentParser, json_alias: bool = False, manifests: bool = False
+) -> None:
+    """Add `-o/--output text|json|yaml` (and `--json` as an alias of `-o json`);
+    `manifests`: `-o yaml|json`, YAML by default (Kubernetes objects have no text form)."""
+    if manifests:
+        parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
+                            help="print the objects as YAML documents or a JSON v1 List")
+    else:
+        parser.add_argument(
+            "-o", "--output", choices=FORMATS, default="text",
+            help="print the result as text, JSON or YAML",
+        )
     if json_alias:
         parser.add_argument(
             "--json", dest="output", action="store_const", const="json",
@@ -88,3 +97,13 @@ class Progress:
         if self.tty and self._drawn:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def dump_manifests(objects: list[dict[str, Any]], fmt: str) -> str:
+    """Kubernetes objects as YAML documents, or as one JSON `v1 List` (what `kubectl get -o
+    json` prints for several objects; `kubectl apply -f -` takes either)."""
+    if fmt == "json":
+        return dumps({"apiVersion": "v1", "kind": "List", "items": objects}, "json")
+    import yaml
+
+    return yaml.safe_dump_all(_plain(objects), sort_keys=False, explicit_start=True)

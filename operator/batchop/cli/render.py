@@ -12,6 +12,8 @@ import argparse
 import sys
 from typing import Any, TextIO
 
+from batchop.cli.output import add_output_flag, dump_manifests
+
 EXIT_INVALID = 1
 EXIT_UNREADABLE = 2
 
@@ -41,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="render the Deployment at N replicas (default: spec.scaling.replicas)",
     )
+    add_output_flag(parser, manifests=True)
     parser.set_defaults(func=run)
 
 
@@ -119,5 +122,5 @@ def run(
     if args.default_image:
         options = RenderOptions(default_image=args.default_image, pod_monitor=options.pod_monitor)
     objects = [obj for bm in models for obj in render_children(bm, options, args.replicas)]
-    out.write(yaml.safe_dump_all(objects, sort_keys=False, explicit_start=True))
+    out.write(dump_manifests(objects, getattr(args, "output", "yaml")))
     return 0
