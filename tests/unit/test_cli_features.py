@@ -277,3 +277,13 @@ def test_docs_cli_lists_every_command_with_an_example() -> None:
         example = [line for line in doc.splitlines()
                    if line.startswith("    ") and path in line and "#" not in line[:6]]
         assert example, f"docs/cli.md has no example of `{path}`"
+
+
+def test_an_infeasible_plan_offers_no_snippet(profile: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing to paste when even --max-replicas misses the SLO margin (exit 1)."""
+    args = ["plan", "--profile", str(profile), "--rps", "50000", "--slo-ms", "40",
+            "--max-replicas", "1"]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "WARNING" in out and "spec:" not in out
