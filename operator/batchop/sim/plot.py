@@ -103,6 +103,7 @@ def plot_timeline(result: dict[str, Any], path: str | Path) -> None:
     lat.legend(loc="lower right")
 
     delay.step(t, [r["delay_us"] for r in rows], where="post", color="tab:green")
+    delay.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
     delay.set_ylabel("delay (us)")
     delay.set_ylim(bottom=0)
 
