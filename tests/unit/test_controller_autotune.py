@@ -366,3 +366,17 @@ def test_an_index_that_lags_behind_the_tuners_write_costs_no_api_call() -> None:
     status = h.w.cluster.model["status"]
     assert status["metrics"]["p99LatencyMilliseconds"] == 30.0
     assert {"Ready", "SLOMet", "MetricsAvailable"} <= {c["type"] for c in status["conditions"]}
+
+
+def test_last_decision_records_its_kind_and_prediction() -> None:
+    """`batchop explain` shows what the tuner decided, of what kind, and the p99 it expected."""
+    h = Harness(busy(p99_ms=400.0, rps=3000.0))
+    for _ in range(6):
+        h.loop.tick()
+        h.now += 60
+    decision = h.w.cluster.model["status"].get("lastDecision")
+    if decision is None:
+        pytest.skip("the policy made no change on this load: nothing to record")
+    assert decision["kind"] not in ("", "hold")  # a recorded decision changes something
+    assert decision["predictedP99Milliseconds"] >= 0
+    assert f"{decision['predictedP99Milliseconds']:.0f} ms" in decision["reason"]

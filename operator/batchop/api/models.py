@@ -848,6 +848,14 @@ class LastDecision(StatusModel):
     max_queue_delay_microseconds: int | None = Field(
         default=None, description="Queue delay decided."
     )
+    kind: str | None = Field(
+        default=None,
+        max_length=32,
+        description="What kind of change: scale-up, scale-down, delay-up, delay-down, bounds...",
+    )
+    predicted_p99_milliseconds: float | None = Field(
+        default=None, ge=0, description="The p99 the tuner's model predicted for the decision."
+    )
     reason: str | None = Field(
         default=None, max_length=4096, description="Why, in words, with the figures used."
     )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from batchop.cli.output import add_output_flag, emit
 
 DEFAULT_NAME = "batchop"
 
@@ -44,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="apply this manifest (e.g. crds/batchedmodel.yaml) once up; repeatable")
     add("down", "stop and delete a cluster")
     status = add("status", "is it up; nodes and GPUs free")
-    status.add_argument("--json", action="store_true", help="print JSON")
+    add_output_flag(status, json_alias=True)
     add("kubeconfig", "print the path of the cluster's kubeconfig")
 
 
@@ -77,24 +78,24 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             print(cluster.kubeconfig)
             return 0
-        return _print_status(cluster, as_json=args.json)
+        return _print_status(cluster, args.output)
     except (ClusterError, BuildError, PinError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
 
-def _print_status(cluster: object, as_json: bool) -> int:
+def _print_status(cluster: object, output: str) -> int:
     from batchop.local.cluster import LocalCluster
 
     assert isinstance(cluster, LocalCluster)
     state = cluster.status()
-    if as_json:
-        print(json.dumps({
+    if output != "text":
+        emit({
             "name": state.name, "up": state.up,
             "kubeconfig": str(state.kubeconfig) if state.kubeconfig else None,
             "gpus": state.gpus, "gpus_free": state.gpus_free,
             "nodes": [{**vars(n), "gpus_free": n.gpus_free} for n in state.nodes],
-        }, indent=2))
+        }, output)
         return 0 if state.up else 1
     if not state.up:
         print(f"cluster {state.name!r}: down")

@@ -31,6 +31,9 @@ COMMAND_MODULES = [
     "batchop.cli.local",
     "batchop.cli.load",
     "batchop.cli.demo",
+    "batchop.cli.explain",
+    "batchop.cli.version",
+    "batchop.cli.completion",
 ]
 
 
@@ -40,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Operator for batched inference on Triton: tunes the queue delay and "
         "replica count of each BatchedModel to keep p99 within its SLO with the fewest GPUs.",
     )
+    from batchop.cli.version import VersionAction
+
+    parser.add_argument("--version", action=VersionAction,
+                        help="print the version (and git commit in a checkout) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         try:
@@ -49,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    from batchop.cli.helptext import show_defaults
+
+    show_defaults(parser)
     return parser
 
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from batchop.cli.flags import bounded_int, non_negative_float, positive_float
+from batchop.cli.output import add_output_flag, dumps, emit
 
 if TYPE_CHECKING:
+    from batchop.sim.profile import Profile
     from batchop.tuning.policy import Plan
 
 # Bounds of the flags: the API's for replicas, delays and the SLO; a rate past MAX_RPS is a
@@ -39,8 +40,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-replicas", type=replicas, default=8)
     p.add_argument("--min-delay-us", type=delay_us, default=0)
     p.add_argument("--max-delay-us", type=delay_us, default=20_000)
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_output_flag(p, json_alias=True)
     p.set_defaults(func=run)
+
+
+def snippet(profile: Profile, plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
+    """The BatchedModel spec fields the plan sets, to paste into a manifest: the planned
+    delay and replicas, their bounds, the SLO, and the profile as the tuner's prior."""
+    return {
+        "spec": {
+            "model": {
+                "maxBatchSize": profile.max_batch_size,
+                "latencyProfile": [
+                    {"batchSize": b, "milliseconds": round(ms, 3)}
+                    for b, ms in profile.batch_latency_ms
+                ],
+            },
+            "scaling": {
+                "replicas": plan.replicas,
+                "minReplicas": args.min_replicas,
+                "maxReplicas": args.max_replicas,
+            },
+            "batching": {
+                "maxQueueDelayMicroseconds": plan.delay_us,
+                "minQueueDelayMicroseconds": args.min_delay_us,
+                "maxQueueDelayLimitMicroseconds": args.max_delay_us,
+            },
+            "slo": {"p99LatencyMilliseconds": args.slo_ms},
+        }
+    }
 
 
 def _check(args: argparse.Namespace) -> str | None:
@@ -96,8 +124,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    if args.json:
-        print(json.dumps({"profile": profile.name, **asdict(plan)}, indent=2))
+    paste = snippet(profile, plan, args)
+    if args.output != "text":
+        emit({"profile": profile.name, **asdict(plan), "batchedModel": paste}, args.output)
         return 0 if plan.feasible else 1
     if not plan.feasible:
         print(f"batchop plan: {_short_of_replicas(plan, args)}", file=sys.stderr)
@@ -119,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
         f"  throughput per GPU  {plan.rps_per_gpu:,.0f} req/s served; "
         f"{plan.capacity_rps_per_replica:,.0f} req/s per replica at the SLO margin"
     )
+    print("\nBatchedModel fields to paste (merge into your manifest's spec):\n")
+    print(dumps(paste, "yaml"), end="")
     return 0
 
 

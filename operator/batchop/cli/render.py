@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from batchop.cli.flags import bounded_int
+from batchop.cli.output import add_output_flag, dump_manifests
 
 if TYPE_CHECKING:
     from batchop.inputs import YamlDocument
@@ -47,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="render the Deployment at N replicas (default: spec.scaling.replicas)",
     )
+    add_output_flag(parser, manifests=True)
     parser.set_defaults(func=run)
 
 
@@ -75,7 +77,6 @@ def _is_batched_model(doc: dict[str, Any]) -> bool:
 def run(
     args: argparse.Namespace, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> int:
-    import yaml
 
     from batchop.api.errors import SpecError
     from batchop.api.models import parse_batched_model
@@ -136,5 +137,5 @@ def run(
     if args.default_image:
         options = RenderOptions(default_image=args.default_image, pod_monitor=options.pod_monitor)
     objects = [obj for bm in models for obj in render_children(bm, options, args.replicas)]
-    out.write(yaml.safe_dump_all(objects, sort_keys=False, explicit_start=True))
+    out.write(dump_manifests(objects, getattr(args, "output", "yaml")))
     return 0

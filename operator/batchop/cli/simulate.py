@@ -200,9 +200,9 @@ def run(args: argparse.Namespace) -> int:
         args.policy, profile, trace, spec, args.delay_us, args.replicas, args.hpa_fraction
     )
 
-    def progress(frac: float) -> None:
-        print(f"\rsimulating {args.policy}: {frac:4.0%}", end="", file=sys.stderr, flush=True)
+    from batchop.cli.output import Progress
 
+    progress = Progress(f"simulating {args.policy}")
     config = SimConfig(
         seed=args.seed,
         clients=args.clients,
@@ -210,8 +210,7 @@ def run(args: argparse.Namespace) -> int:
         progress=None if args.quiet else progress,
     )
     result = summarize(simulate(profile, trace, spec, policy, config), args.slo_ms)
-    if not args.quiet:
-        print(file=sys.stderr)
+    progress.done()
     text = json.dumps(result, indent=1, default=_jsonable)
     if args.plot:  # first: a plot that fails leaves no JSON behind
         from batchop.sim.plot import plot_timeline

@@ -196,8 +196,12 @@ def tuner_status(
     if decision is not None and decision.changes(obs):
         status["lastDecision"] = {
             "time": format_time(now),
+            "kind": decision.kind[:32],
             "replicas": decision.replicas,
             "maxQueueDelayMicroseconds": decision.delay_us,
             "reason": decision.reason[:1024],
         }
+        predicted = decision.predicted_p99_ms
+        if predicted is not None and math.isfinite(predicted) and predicted >= 0:
+            status["lastDecision"]["predictedP99Milliseconds"] = _round(predicted)
     return status
