@@ -14,7 +14,8 @@ and 40 req/s is served by one. The simulator with the same policy agrees (delay 
 What is asserted is behaviour, not speed:
 - the step up gets a decision that moves the right way: more replicas, or a shorter delay
   (near capacity the delay buys nothing and costs latency, so a longer one is wrong);
-- the step down gives replicas back (scaleDownStabilizationSeconds is 30 here, not 300),
+- the step down gives replicas back (scaleDownStabilizationSeconds and burstMemorySeconds
+  are 30 here, not 60 and 600),
   unless Triton's own p99 was over the SLO in the step down (the policy must then hold);
 - no request failed while the delay was reloaded live: every failed request, if any, went to
   a pod removed by the scale-down, after it was decided (and, on a machine that keeps the
@@ -75,7 +76,9 @@ def manifest(repository: str) -> dict[str, Any]:
     spec = bm["spec"]
     spec["model"].update(name=NAME, repository=repository, maxBatchSize=2)
     spec["slo"]["p99LatencyMilliseconds"] = SLO_MS
-    spec["autotune"].update(intervalSeconds=10, scaleDownStabilizationSeconds=30)
+    spec["autotune"].update(
+        intervalSeconds=10, scaleDownStabilizationSeconds=30, burstMemorySeconds=30
+    )
     # The step to 350 req/s overloads the one replica until a second is Ready; the default
     # overload guard (Reject past a 20 ms queue wait) would refuse part of that burst, and
     # this test counts every failure as a failed reload. The guard has its own test

@@ -284,3 +284,18 @@ def test_an_infeasible_plan_offers_no_snippet(profile: Path,
     assert main(args) == 1
     captured = capsys.readouterr()
     assert "--max-replicas 1 serves about" in captured.err and "spec:" not in captured.out
+
+
+def test_json_out_means_the_same_on_plan_as_on_simulate(
+    profile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--json OUT` writes the JSON result to OUT; left out (or `-`), to stdout."""
+    args = ["plan", "--profile", str(profile), "--rps", "100", "--slo-ms", "40"]
+    assert main([*args, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    out = tmp_path / "plan.json"
+    assert main([*args, "--json", str(out)]) == 0
+    assert capsys.readouterr().out == ""
+    assert json.loads(out.read_text()) == printed and printed["replicas"] >= 1
+    assert main([*args, "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == printed

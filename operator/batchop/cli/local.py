@@ -78,13 +78,13 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             print(cluster.kubeconfig)
             return 0
-        return _print_status(cluster, args.output)
+        return _print_status(cluster, args.output, getattr(args, "json_out", None))
     except (ClusterError, BuildError, PinError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
 
-def _print_status(cluster: object, output: str) -> int:
+def _print_status(cluster: object, output: str, path: str | None = None) -> int:
     from batchop.local.cluster import LocalCluster
 
     assert isinstance(cluster, LocalCluster)
@@ -95,7 +95,7 @@ def _print_status(cluster: object, output: str) -> int:
             "kubeconfig": str(state.kubeconfig) if state.kubeconfig else None,
             "gpus": state.gpus, "gpus_free": state.gpus_free,
             "nodes": [{**vars(n), "gpus_free": n.gpus_free} for n in state.nodes],
-        }, output)
+        }, output, path=path)
         return 0 if state.up else 1
     if not state.up:
         print(f"cluster {state.name!r}: down")

@@ -3,9 +3,11 @@
 `-o json` and `-o yaml` print the command's object (the same keys in both) on stdout;
 `-o text` (the default) prints it for people. Commands that print Kubernetes manifests
 (`render`, `crd`) have no text form: YAML is their default; `-o json` prints one object as
-itself and several as a `v1 List`, as kubectl does. `--json`, where a command had it as a flag,
-is an alias of `-o json` and nothing else. (`simulate --json FILE` and `load --json FILE`
-name a result file; they are not this flag.)
+itself and several as a `v1 List`, as kubectl does.
+
+`--json OUT` has one meaning on every command that has it: write the command's JSON result
+to OUT, `-` for stdout (`simulate`, `load` and the DESIGN contract). Where a command prints
+objects, OUT may be left out (`plan --json` = `plan --json -` = `plan -o json`).
 """
 
 from __future__ import annotations
@@ -34,9 +36,18 @@ def add_output_flag(
         )
     if json_alias:
         parser.add_argument(
-            "--json", dest="output", action="store_const", const="json",
-            help="alias of -o json",
+            "--json", dest="json_out", action=_JsonTo, nargs="?", const="-", default=None,
+            metavar="OUT", help="write the JSON result to OUT ('-' or none: stdout, as -o json)",
         )
+
+
+class _JsonTo(argparse.Action):
+    """`--json [OUT]`: the JSON result, to OUT (stdout when OUT is `-` or left out)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        namespace.output = "json"
+        namespace.json_out = values
 
 
 def _plain(value: Any) -> Any:
@@ -64,9 +75,27 @@ def dumps(obj: Any, fmt: str) -> str:
     raise ValueError(f"unknown output format {fmt!r}; expected json or yaml")
 
 
-def emit(obj: Any, fmt: str, out: TextIO | None = None) -> None:
-    """Print the object in `fmt` on stdout (or `out`)."""
-    (out or sys.stdout).write(dumps(obj, fmt))
+def emit(obj: Any, fmt: str, out: TextIO | None = None, path: str | None = None) -> None:
+    """Print the object in `fmt` on stdout (or `out`), or write it whole to `path` (a
+    `--json OUT` other than `-`): a file that fails half-way is never left behind."""
+    text = dumps(obj, fmt)
+    if path in (None, "-"):
+        (out or sys.stdout).write(text)
+        return
+    import os
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".",
+                               prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 class Progress:

@@ -8,12 +8,14 @@
 2. Learn, from steady states only (no change, nothing starting, rate and queue steady for
    SETTLE_INTERVALS): the batch-latency curve from (avg batch, compute ms), and a correction
    of the queueing model by observed / predicted p99 at the running configuration.
-3. Demand: the served rate plus the queue's growth; at saturation, capacity plus growth plus
-   the backlog to drain; otherwise plus the rate's trend over LOOKAHEAD_S.
+3. Demand: the arrivals (served + refused + the queue's growth), or the remembered peak
+   (the busiest scrape interval, held spec.peak_memory_s then fading) x the burst factor
+   (learned from SLO breaches at a load the replicas were sized for, relaxed when a load
+   near the peak passes well within the SLO); with spec.forecast, floored by a trend.
 4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
    at demand plus HEADROOM, counting replicas still starting, within [min, max] and what the
    cluster can schedule. Up at once (several if needed); down only to the highest
-   recommendation of the last STABILISATION_S, only when the lower count also passes with
+   recommendation of the scale-down window, only when the lower count also passes with
    DOWN_HEADROOM more (hysteresis), and never while the observed p99 breaks the SLO. An
    observed p99 over the SLO on two settled ticks forces a scale-up even when the model
    disagrees, unless the delay explains it, a past backlog is draining, or a change or a fall
