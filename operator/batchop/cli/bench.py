@@ -23,19 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from batchop.cli.flags import positive_float
+from batchop.sim.policy_names import POLICY_NAMES
 
-POLICIES = (
-    "batchop",
-    "hpa",
-    "keda",
-    "hpa-queue",
-    "aimd",
-    "nobatch",
-    "oracle",
-    "reactive-oracle",
-    "static-peak",
-    "static",
-)
+POLICIES = POLICY_NAMES
 # keda is the hpa rule under the name KEDA users know: the bench runs it once, as hpa.
 DEFAULT_POLICIES = (
     "batchop",

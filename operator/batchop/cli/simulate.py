@@ -11,20 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from batchop.cli.flags import bounded_int, positive_float
-
-# As batchop.sim.baselines.POLICIES (not imported: the CLI loads numpy only when it runs).
-POLICY_NAMES = (
-    "batchop",
-    "nobatch",
-    "static",
-    "static-peak",
-    "hpa",
-    "keda",
-    "hpa-queue",
-    "aimd",
-    "oracle",
-    "reactive-oracle",
-)
+from batchop.sim.policy_names import POLICY_NAMES
 
 # Bounds of the flags: the API's where it has them (scaling, batching), and what a simulation
 # can hold: arrivals are allocated up front, 8 bytes and more per request, and the loop steps

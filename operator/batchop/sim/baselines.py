@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from batchop.sim.policy_names import POLICY_NAMES
 from batchop.sim.profile import Profile
 from batchop.sim.trace import Trace
 from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
@@ -360,18 +361,7 @@ def reactive_oracle_policy(
     return decide
 
 
-POLICIES = (
-    "batchop",
-    "nobatch",
-    "static",
-    "static-peak",
-    "hpa",
-    "keda",
-    "hpa-queue",
-    "aimd",
-    "oracle",
-    "reactive-oracle",
-)
+POLICIES = POLICY_NAMES
 
 
 def start_replicas(name: str, profile: Profile, trace: Trace, spec: TuningSpec) -> int:
