@@ -11,7 +11,7 @@ import pytest
 from batchop.observe.prometheus import build_queries, duration_s, parse_matrix
 from batchop.sim.scrape import SUCCESS, Sample, peak_rate
 from batchop.tuning.forecast import MAX_RISE, trend
-from batchop.tuning.policy import BURST_MAX, P99_WINDOW_S, _remembered, decide
+from batchop.tuning.policy import BURST_MAX, P99_WINDOW_S, SHORT_MEMORY_S, _remembered, decide
 from batchop.tuning.types import Observation, TuningSpec, TuningState
 
 CPU_DEMO = ((1, 4.0), (4, 5.0), (8, 6.0), (16, 8.0), (32, 12.0))
@@ -171,3 +171,18 @@ def test_range_replies_parse_per_model_oldest_first() -> None:
         {"metric": {"namespace": "ml"}, "values": [[10, "1"]]},
     ]
     assert parse_matrix(reply) == {("ml", "a"): ((10.0, 1.0), (20.0, 2.0))}
+
+
+def test_a_one_off_rise_is_forgotten_sooner_than_a_burst_that_came_back() -> None:
+    """A level that fell and never came back holds replicas for SHORT_MEMORY_S; once a
+    burst has come back after a quiet spell, the long memory holds them."""
+    spec = replace(SPEC, peak_memory_s=900.0)
+    one_off = [(3000.0, 3000.0)] * 3 + [(300.0, 300.0)] * 20
+    kept = run(one_off, spec)
+    short_ticks = int(SHORT_MEMORY_S // spec.interval_s)
+    # held, fading over as long again, gone (+ the scale-down window) within 2 x SHORT_MEMORY_S
+    assert kept[2] > 1 and kept[2 + 2 * short_ticks + 3] < kept[2]
+    recurring = [(3000.0, 3000.0)] * 3 + [(300.0, 300.0)] * 4 + [(3000.0, 3000.0)] * 2
+    recurring += [(300.0, 300.0)] * 20
+    held = run(recurring, spec)
+    assert held[8 + 2 * short_ticks + 3] == held[8] > 1  # still held where the one-off was not

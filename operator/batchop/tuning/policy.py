@@ -63,6 +63,8 @@ BURST_RELAX = 0.98  # per tick, while tested without trouble
 TESTED_SHARE = 0.7  # a load this near the remembered peak tests the burst factor
 RELAX_BELOW = 0.5  # ... when p99 stays under this share of the SLO
 REFUSED_BREACH = 0.005  # refusing more than this share of arrivals breaks the SLO too
+SHORT_MEMORY_S = 240.0  # how long a peak that never came back holds its replicas
+QUIET_SHARE = 0.5  # load below this share of the remembered peak is a quiet spell
 DEFAULT_STARTUP_S = 30.0  # replicas' startup until one has been seen
 P99_WINDOW_S = 60.0  # Triton's p99 summary still shows the past this long after a change or a fall
 DELAY_GRID_US = (
@@ -380,10 +382,26 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     draining = growth < -STEADY_RATE_CHANGE * rps  # a backlog from the past is shrinking
     # While a backlog drains the served rate overstates arrivals: no peak is learned then.
     peak_now = arrivals if draining else max(arrivals, obs.peak_rps or 0.0)
-    remembered_before = _remembered(state, t, spec.peak_memory_s)
+    # The memory is long only for bursts that came back: a one-off rise (a step, a ramp)
+    # is forgotten after SHORT_MEMORY_S, as the scale-down window would.
+    memory = spec.peak_memory_s if state.bursts_recur else min(spec.peak_memory_s, SHORT_MEMORY_S)
+    remembered_before = _remembered(state, t, memory)
     peak, peak_at = state.peak_rps, state.peak_at_s
-    if peak_now >= remembered_before:
+    if peak_now >= remembered_before and peak_now > 0:
         peak, peak_at = peak_now, t
+    # Is this a burst that came back? The last burst is kept apart from the remembered peak
+    # (which fades): a peak near it after a quiet spell, within twice the long memory.
+    seen, seen_at = state.last_burst_rps, state.last_burst_s
+    quiet, recur = state.quiet_since_peak, state.bursts_recur
+    fresh = seen_at is not None and t - seen_at <= 2 * spec.peak_memory_s
+    if not fresh:
+        seen, seen_at, quiet, recur = 0.0, None, False, False
+    if peak_now > 0 and peak_now >= TESTED_SHARE * seen:
+        if quiet and fresh:
+            recur = True
+        seen, seen_at, quiet = max(peak_now, seen), t, False
+    elif peak_now < QUIET_SHARE * seen:
+        quiet = True
     remembered = max(remembered_before, peak_now)
     delay_explains = spec.tune_delay and p99_obs - obs.delay_us / 1000.0 <= model.target
     burst, burst_learned_s, burst_note = _learn_burst(
@@ -559,6 +577,10 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         last_rps=rps,
         peak_rps=peak,
         peak_at_s=peak_at,
+        last_burst_rps=seen,
+        last_burst_s=seen_at,
+        quiet_since_peak=quiet,
+        bursts_recur=recur,
         burst_factor=burst,
         burst_learned_s=burst_learned_s,
         startup_s=_learn_startup(state, obs, t),

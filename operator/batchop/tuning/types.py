@@ -119,6 +119,13 @@ class TuningState:
     # How much above the remembered peak the load must be sized for: a burst shorter than a
     # scrape interval hides from the peak too. Learned from breaches, relaxed when tested.
     burst_factor: float = 1.0
+    # The last burst (the busiest interval before the load fell quiet), whether the load
+    # fell quiet since, and whether a burst came back after such a spell (then the peak
+    # memory is the long one).
+    last_burst_rps: float = 0.0
+    last_burst_s: float | None = None
+    quiet_since_peak: bool = False
+    bursts_recur: bool = False
     burst_learned_s: float | None = None
     # How long a new replica took to become ready (learned; the forecast looks this far).
     startup_s: float | None = None
