@@ -42,6 +42,9 @@ def test_observer_reads_real_triton_metrics(tmp_path: Path) -> None:
         time.sleep(2.0)  # one more scrape after the last request
         parts = observer.observe()
         assert observer.queries_sent == len(observer.queries)
+        # The forecast's history: one range query more, every model's recent arrival rate.
+        with_history = observer.observe(history_s=60.0)
+        assert observer.queries_sent == 2 * len(observer.queries) + 1
     got = parts[("team", "demo")]
     assert got.scraped_pods == 1
     assert got.rps is not None and got.rps > 0
@@ -51,6 +54,11 @@ def test_observer_reads_real_triton_metrics(tmp_path: Path) -> None:
     assert got.p99_ms is not None and got.p99_ms >= got.compute_ms
     assert got.queue_ms is not None and got.queue_ms >= 0
     assert got.age_s is not None and got.age_s < 10
+    # The busiest scrape interval of the window: at least about the window's mean.
+    assert got.peak_rps is not None and got.peak_rps >= 0.8 * got.rps
+    history = with_history[("team", "demo")].rate_history
+    assert history and max(r for _, r in history) > 0, history
+    assert [t for t, _ in history] == sorted(t for t, _ in history)
     obs = build_observation(got, time_s=time.time(), replicas=1, ready_replicas=1,
                             delay_us=2000, max_age_s=30)
     assert obs.complete and obs.rps == got.rps
