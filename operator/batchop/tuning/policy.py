@@ -383,7 +383,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # While a backlog drains the served rate overstates arrivals: no peak is learned then.
     peak_now = arrivals if draining else max(arrivals, obs.peak_rps or 0.0)
     # The memory is long only for bursts that came back: a one-off rise (a step, a ramp)
-    # is forgotten after SHORT_MEMORY_S, as the scale-down window would.
+    # is held SHORT_MEMORY_S, then fades as long again.
     memory = spec.peak_memory_s if state.bursts_recur else min(spec.peak_memory_s, SHORT_MEMORY_S)
     remembered_before = _remembered(state, t, memory)
     peak, peak_at = state.peak_rps, state.peak_at_s
