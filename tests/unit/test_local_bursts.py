@@ -88,6 +88,10 @@ def test_windows_count_outcomes_and_judge_only_settled_ones() -> None:
     assert sum(w.sent for w in ws) == n
     assert sum(w.rejected for w in ws) == n // 10 and sum(w.failed_other for w in ws) == 1
     assert ws[4].served_p99_ms == 30.0 and ws[4].replicas_min == ws[4].replicas_max == 2
+    # a change inside a window leaves it settled (its start was); the next one is not
+    tl = _timeline([(t, 1 if t < 140 else 2) for t in range(0, 181, 5)])
+    assert [w.settled for w in windows(rec, tl, 180, SLO)] == [False, False, True, True, True,
+                                                                False]
 
 
 def test_a_window_over_2x_slo_fails_unless_the_generator_lagged() -> None:

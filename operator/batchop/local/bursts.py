@@ -2,9 +2,11 @@
 
 Three properties, from issue 10's deliverable 6:
 - No multi-second waits: in every settled 30 s window, the clients' p99 of the requests
-  served is within 2x the SLO. A window is settled when neither the replica count nor the
-  Ready count changed from `settle_s` (60 s) before it to its end: after a change, new pods
-  load the model and the tuner reacts; that transient is not what is judged.
+  served is within 2x the SLO. A window is settled when it starts at least `settle_s` (60 s)
+  after the last change of the replica or Ready count, the load's start counting as one (the
+  model's first pod has just become Ready): after a change, new pods load the model and the
+  tuner reacts; that transient is not what is judged. A change inside a window does not
+  unsettle it: a burst the tuner answers with a scale-up is when the guard must keep fast.
 - Rejected requests counted: every request the generator sent is served, rejected (Triton's
   queue policy refused it: the overload guard) or failed otherwise, and the windows add up.
 - Replicas held between bursts: no replica is given back inside a burst gap shorter than the
@@ -163,11 +165,11 @@ def windows(
         lag99 = float(np.percentile(lag[sel], 99)) if sel.any() else None
         inside = [s for s in timeline if a <= float(s["t"]) <= b]
         reps = [int(s["replicas"]) for s in inside]
-        settled = not any(a - settle_s <= c < b for c in changes) and a >= settle_s
+        settled = a >= settle_s and not any(a - settle_s < c <= a for c in changes)
         within: bool | None = None
         note = ""
         if not settled:
-            note = "not settled (a replica change within 60 s)"
+            note = f"not settled (a replica change in the {settle_s:g} s before)"
         elif p99 is None:
             note = "nothing served"
         else:
