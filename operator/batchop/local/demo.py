@@ -189,7 +189,9 @@ def write_plot(result: DemoResult, path: Path) -> None:
         if isinstance(d.get("t"), int | float):
             for ax in axes:
                 ax.axvline(d["t"], color="grey", alpha=0.3)
-    fig.suptitle("batchop demo: cpu-demo on the local stack (real Triton, real Prometheus)")
+    replay = f", trace {result.summary['trace']}" if "trace" in result.summary else ""
+    fig.suptitle(f"batchop demo: cpu-demo on the local stack{replay} (real Triton, "
+                 "real Prometheus)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
