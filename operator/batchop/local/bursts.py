@@ -286,7 +286,9 @@ def verdict_lines(bursty: Mapping[str, Any]) -> list[str]:
         + (f"; {bursty['windows_lagged']} not judged (generator lagged)"
            if bursty["windows_lagged"] else ""),
         f"rejected counted: {word(v['rejected_counted'])} - sent {t['sent']} = served "
-        f"{t['served']} + rejected {t['rejected']} + other failures {t['failed_other']}",
+        f"{t['served']} + rejected {t['rejected']} + other failures {t['failed_other']}"
+        + (f" (Triton's REJECTED count, from Prometheus: ~{bursty['triton_rejected']:.0f})"
+           if bursty.get("triton_rejected") is not None else ""),
         f"replicas held between bursts: {word(v['replicas_held_between_bursts'])} - "
         f"{len(bursty['scale_downs_in_short_gaps'])} scale-down(s) in "
         f"{bursty['short_gaps']} gap(s) shorter than the {bursty['stabilization_s']:g} s "

@@ -454,6 +454,8 @@ def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: fl
     if bursty:
         result.summary = _summarize_bursty(result, trace, bm, load.report.get("records"),
                                            sample_s)
+        result.summary["bursty"]["triton_rejected"] = _triton_rejected(
+            stack.prometheus.url, bm, trace.end)
         from batchop.local.bursts import verdict_lines, window_table
 
         for line in window_table(result.summary["bursty"]):
@@ -514,6 +516,34 @@ def _summarize_bursty(result: DemoResult, trace: Any, bm: Any,
             sample_s=sample_s,
         ),
     }
+
+
+def _triton_rejected(prometheus_url: str, bm: Any, seconds: float) -> float | None:
+    """What Triton itself counted as refused by the queue policy over the run (its
+    REJECTED failures, every pod that existed, from the stack's Prometheus), after a scrape
+    interval for the last ones; None when Prometheus has no such series or cannot answer.
+    An estimate: increase() extrapolates at the range's ends and misses what a new pod
+    refused before its first scrape."""
+    import urllib.parse
+    import urllib.request
+
+    from batchop.api.constants import PROM_LABEL_MODEL
+
+    time.sleep(6.0)
+    series = (f'nv_inference_request_failure{{reason="REJECTED",{PROM_LABEL_MODEL}='
+              f'"{bm.name}",namespace="{bm.namespace or "default"}"}}')
+    query = urllib.parse.urlencode(
+        {"query": f"sum(increase({series}[{math.ceil(seconds) + 10}s]))"})
+    try:
+        with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{query}",
+                                    timeout=10) as resp:
+            got = json.load(resp)["data"]["result"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if not got:
+        return None
+    value = float(got[0]["value"][1])
+    return None if math.isnan(value) else round(value, 1)
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
