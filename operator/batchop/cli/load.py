@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Send requests at Poisson arrivals whose rate follows a trace CSV (or a "
         "constant --rps for --duration seconds), spread round-robin over a BatchedModel's "
         "Ready pods (--bm) or over given Triton URLs (--url, --model). Stops at the trace "
-        "end and writes a JSON report: requests, ok, failed, p50_ms, p99_ms, achieved_rps, "
+        "end and writes a JSON report: requests, ok, failed (rejected: refused by Triton's "
+        "queue policy, the overload guard; failed_other: the rest), p50_ms, p99_ms, achieved_rps, "
         "a per-second timeline and every request's send time, latency and outcome.",
     )
     rate = p.add_mutually_exclusive_group(required=True)
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(report, f)
     print(
         f"requests={report['requests']} ok={report['ok']} failed={report['failed']} "
+        f"(rejected by the overload guard {report['rejected']}) "
         f"p50={report['p50_ms']}ms p99={report['p99_ms']}ms "
         f"achieved={report['achieved_rps']}/s -> {args.json}",
         file=sys.stderr,

@@ -11,6 +11,12 @@ The operator tunes the model: the decisions shown and reported are the operator'
 from the BatchedModel's status.lastDecision at each sample (two decisions within one sample
 period show as the later one). The report's `summary` counts the delay and replica changes and
 judges p99 against the SLO on each load step once it has settled (batchop.local.steps).
+
+With a trace (`batchop demo --trace`), the load replays a slice of a trace CSV, scaled down
+(default: 7 minutes of ../shared/traces/azure-code.csv, a real bursty production pattern, at
+x0.02), and the report's `summary.bursty` cuts the run in 30 s windows and judges it
+(batchop.local.bursts): served p99 within 2x the SLO in every settled window, rejected
+requests counted, replicas held between bursts.
 """
 
 from __future__ import annotations
@@ -47,6 +53,13 @@ DEMO_SPEC = {
     "autotune": {"intervalSeconds": 10, "scaleDownStabilizationSeconds": 30},
 }
 SETTLE_INTERVALS = 3
+# With a trace (its default slice and scale: batchop.local.bursts): a 60 s scale-down
+# stabilization, so that the default slice's short gaps (6-39 s) must be held through and
+# its one long gap (65 s) may give a replica back within the demo.
+TRACE_SPEC = {
+    "model": {"maxBatchSize": 2},
+    "autotune": {"intervalSeconds": 10, "scaleDownStabilizationSeconds": 60},
+}
 
 
 @dataclass
@@ -133,18 +146,33 @@ def write_plot(result: DemoResult, path: Path) -> None:
         return [math.nan if v is None else float(v) for v in values]
 
     fig, axes = plt.subplots(4, 1, sharex=True, figsize=(9, 9))
-    axes[0].plot(t, [s.offered_rps for s in tl], label="offered", drawstyle="steps-post")
+    per_second = result.load.get("timeline") or []
+    if "bursty" in result.summary and per_second:  # bursts are seconds long: per second
+        xs = [x["t"] for x in per_second]
+        axes[0].plot(xs, [x["sent"] for x in per_second], label="sent", drawstyle="steps-post",
+                     linewidth=0.8)
+        axes[0].plot(xs, [x.get("rejected", 0) for x in per_second], label="rejected",
+                     drawstyle="steps-post", linewidth=0.8, color="tab:red")
+    else:
+        axes[0].plot(t, [s.offered_rps for s in tl], label="offered", drawstyle="steps-post")
     axes[0].plot(t, series([s.rps for s in tl]), label="served (Prometheus)")
     axes[0].set_ylabel("req/s")
     axes[0].legend(loc="upper right")
     axes[1].plot(t, series([s.p99_ms for s in tl]),
                  label="Triton p99, worst pod (a summary over ~1 min)")
-    per_second = result.load.get("timeline") or []
     if per_second:  # what clients saw, second by second: no summary lag
         axes[1].plot([x["t"] + 0.5 for x in per_second],
                      series([x.get("p99_ms") for x in per_second]),
                      label="clients' p99, per second", alpha=0.7, linewidth=0.8)
     axes[1].plot(t, [s.slo_ms for s in tl], "--", label="SLO")
+    bursty = result.summary.get("bursty")
+    if bursty:
+        for w in bursty["windows"]:
+            if w["within"] is not None:
+                axes[1].hlines(w["served_p99_ms"], w["start_s"], w["end_s"],
+                               colors="tab:green" if w["within"] else "tab:red", linewidth=2)
+        axes[1].plot(t, [bursty["p99_factor"] * s.slo_ms for s in tl], ":", color="tab:red",
+                     label=f"{bursty['p99_factor']:g}x SLO (settled 30 s windows: bars)")
     axes[1].set_ylabel("ms")
     axes[1].legend(loc="upper right")
     axes[2].plot(t, series([s.delay_us for s in tl]), drawstyle="steps-post")
@@ -161,7 +189,9 @@ def write_plot(result: DemoResult, path: Path) -> None:
         if isinstance(d.get("t"), int | float):
             for ax in axes:
                 ax.axvline(d["t"], color="grey", alpha=0.3)
-    fig.suptitle("batchop demo: cpu-demo on the local stack (real Triton, real Prometheus)")
+    replay = f", trace {result.summary['trace']}" if "trace" in result.summary else ""
+    fig.suptitle(f"batchop demo: cpu-demo on the local stack{replay} (real Triton, "
+                 "real Prometheus)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -219,11 +249,14 @@ def run_demo(
     keep_cluster: bool = False,
     cluster: Any = None,
     stack: Any = None,
+    trace: Any = None,
 ) -> DemoResult:
     """The demo; returns what it wrote to `report_dir`. Tears everything down, always.
 
     With `cluster` and `stack` given (the e2e fixtures), they are used as they are and only
-    what the demo added (its operator, its BatchedModel) is removed at the end.
+    what the demo added (its operator, its BatchedModel) is removed at the end. With `trace`
+    (a batchop.sim.trace.Trace, already sliced and scaled), the load replays it instead of
+    the steps (`duration_s` is then the trace's end) and the run is judged for bursts.
     """
     from batchop.local.cluster import LocalCluster
     from batchop.local.stack import LocalStack, StackError
@@ -244,7 +277,7 @@ def run_demo(
                 "from Go modules: minutes) ==")
             cluster.up(replace=True)
             stack = LocalStack(cluster.kubeconfig, workdir=workdir, say=out).start()
-        manifest, bm = _prepare_model(stack)
+        manifest, bm = _prepare_model(stack, TRACE_SPEC if trace is not None else DEMO_SPEC)
         _install_crd(cluster, workdir)
         try:
             stack.start_operator()
@@ -260,7 +293,8 @@ def run_demo(
         ready = _wait_ready(cluster, bm, timeout_s=240)
         out(f"{ready} pod(s) Ready with a real tritonserver each "
             f"{time.monotonic() - t_applied:.1f}s after the apply; starting the load")
-        result.notes.extend(_run_load(cluster, stack, bm, duration_s, sample_s, result, out))
+        result.notes.extend(_run_load(cluster, stack, bm, duration_s, sample_s, result, out,
+                                      trace=trace))
     except KeyboardInterrupt:
         result.notes.append("interrupted")
         out("interrupted: tearing down")
@@ -286,13 +320,13 @@ def run_demo(
     return result
 
 
-def _prepare_model(stack: Any) -> tuple[dict[str, Any], Any]:
+def _prepare_model(stack: Any, overrides: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Any]:
     from batchop.api.models import parse_batched_model
     from batchop.local.triton import write_model_repository
     from batchop.sim.profile import load_profile
 
     manifest = yaml.safe_load(BM_FILE.read_text())
-    for part, values in DEMO_SPEC.items():
+    for part, values in overrides.items():
         manifest["spec"].setdefault(part, {}).update(values)
     manifest["spec"]["model"]["repository"] = str(stack.repository_dir)
     bm = parse_batched_model(manifest)
@@ -356,19 +390,30 @@ def _status(cluster: Any, bm: Any) -> dict[str, Any]:
 
 
 def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: float,
-              result: DemoResult, out: Callable[[str], None]) -> list[str]:
-    from batchop.local.load import BatchedModelPods
+              result: DemoResult, out: Callable[[str], None], trace: Any = None) -> list[str]:
+    from batchop.local.load import BatchedModelPods, capacity_warning
     from batchop.observe.prometheus import PrometheusUnavailable
 
-    trace = demo_trace(duration_s)
+    bursty = trace is not None
+    if trace is None:
+        trace = demo_trace(duration_s)
     load = _LoadThread(trace, BatchedModelPods(bm.namespace or "default", bm.name,
                                                kubeconfig=str(cluster.kubeconfig)))
     observer = stack.observer(window="15s")
     slo = float(bm.spec.slo.p99_latency_milliseconds)
     key = (bm.namespace or "default", bm.name)
     seen: set[str] = set()
-    steps = zip(trace.seconds[:-1], trace.rps[:-1], strict=True)
-    out("load (open loop, Poisson): " + ", ".join(f"{r:g} req/s from t={s:g}s" for s, r in steps))
+    if bursty:
+        peak = max(trace.rps[:-1])
+        out(f"load (open loop, Poisson): trace {trace.name}, {trace.end:g} s, mean "
+            f"{trace.mean_rate(0, trace.end):.0f} req/s, peak {peak:g} req/s")
+        warning = capacity_warning(trace)
+        if warning:
+            out(f"NOTE: {warning} (the send lag is measured; see the windows' lag99)")
+    else:
+        steps = zip(trace.seconds[:-1], trace.rps[:-1], strict=True)
+        out("load (open loop, Poisson): "
+            + ", ".join(f"{r:g} req/s from t={s:g}s" for s, r in steps))
     out(TABLE_HEADER)
     t0 = time.monotonic()
     load.start()
@@ -406,9 +451,23 @@ def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: fl
     result.load = {k: v for k, v in load.report.items() if k != "records"}
     if load.error is not None:
         raise RuntimeError(f"the load generator failed: {load.error}") from load.error
-    result.summary = _summarize(result, trace, bm, load.report.get("records"))
-    for line in summary_lines(result.summary):
-        out(line)
+    if bursty:
+        result.summary = _summarize_bursty(result, trace, bm, load.report.get("records"),
+                                           sample_s)
+        result.summary["bursty"]["triton_rejected"] = _triton_rejected(
+            stack.prometheus.url, bm, trace.end)
+        from batchop.local.bursts import verdict_lines, window_table
+
+        for line in window_table(result.summary["bursty"]):
+            out(line)
+        out(f"operator decisions: {result.summary['changes']['delay']} delay change(s), "
+            f"{result.summary['changes']['replicas']} replica change(s)")
+        for line in verdict_lines(result.summary["bursty"]):
+            out(line)
+    else:
+        result.summary = _summarize(result, trace, bm, load.report.get("records"))
+        for line in summary_lines(result.summary):
+            out(line)
     notes = []
     if not result.decisions:
         notes.append(
@@ -435,6 +494,56 @@ def _summarize(result: DemoResult, trace: Any, bm: Any,
         start_delay_us=int(bm.spec.batching.max_queue_delay_microseconds),
         start_replicas=int(bm.spec.scaling.replicas), records=records,
     )
+
+
+def _summarize_bursty(result: DemoResult, trace: Any, bm: Any,
+                      records: dict[str, Any] | None, sample_s: float) -> dict[str, Any]:
+    """Knob changes and the bursty-trace judgement (batchop.local.bursts)."""
+    from batchop.local.bursts import judge
+    from batchop.local.steps import knob_changes
+
+    if not records:
+        raise RuntimeError("the load generator kept no per-request records to judge")
+    return {
+        "changes": knob_changes(result.decisions,
+                                int(bm.spec.batching.max_queue_delay_microseconds),
+                                int(bm.spec.scaling.replicas)),
+        "trace": trace.name,
+        "bursty": judge(
+            records, [asdict(s) for s in result.timeline], trace,
+            slo_ms=float(bm.spec.slo.p99_latency_milliseconds),
+            stabilization_s=float(bm.spec.autotune.scale_down_stabilization_seconds),
+            sample_s=sample_s,
+        ),
+    }
+
+
+def _triton_rejected(prometheus_url: str, bm: Any, seconds: float) -> float | None:
+    """What Triton itself counted as refused by the queue policy over the run (its
+    REJECTED failures, every pod that existed, from the stack's Prometheus), after a scrape
+    interval for the last ones; None when Prometheus has no such series or cannot answer.
+    An estimate: increase() extrapolates at the range's ends and misses what a new pod
+    refused before its first scrape."""
+    import urllib.parse
+    import urllib.request
+
+    from batchop.api.constants import PROM_LABEL_MODEL
+
+    time.sleep(6.0)
+    series = (f'nv_inference_request_failure{{reason="REJECTED",{PROM_LABEL_MODEL}='
+              f'"{bm.name}",namespace="{bm.namespace or "default"}"}}')
+    query = urllib.parse.urlencode(
+        {"query": f"sum(increase({series}[{math.ceil(seconds) + 10}s]))"})
+    try:
+        with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{query}",
+                                    timeout=10) as resp:
+            got = json.load(resp)["data"]["result"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if not got:
+        return None
+    value = float(got[0]["value"][1])
+    return None if math.isnan(value) else round(value, 1)
 
 
 def summary_lines(summary: dict[str, Any]) -> list[str]:
@@ -473,9 +582,12 @@ def _write_report(result: DemoResult, report_dir: Path, out: Callable[[str], Non
 
 
 def main_exit_code(result: DemoResult) -> int:
-    """0 when the report holds real samples (requests served and a p99 measured)."""
+    """0 when the report holds real samples (requests served and a p99 measured) and, for a
+    trace replay, no verdict failed (one that could not be judged does not fail)."""
     real = any((s.rps or 0) > 0 and (s.p99_ms or 0) > 0 for s in result.timeline)
-    return 0 if real and "interrupted" not in result.notes else 1
+    verdicts = (result.summary.get("bursty") or {}).get("verdicts") or {}
+    failed = any(v is False for v in verdicts.values())
+    return 0 if real and "interrupted" not in result.notes and not failed else 1
 
 
 if __name__ == "__main__":  # pragma: no cover - `batchop demo` is the entry point

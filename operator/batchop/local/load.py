@@ -22,6 +22,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+# What Triton 2.51 answers (HTTP 503) when its queue policy refuses a request: the overload
+# guard's refusals, counted apart from other failures (checked in e2e/test_overload.py).
+REJECTION_MESSAGES = ("Request timeout expired", "Exceeds maximum queue size")
+
 # Highest offered rate at which the generator itself keeps up on two shared cores with
 # client latencies within ~1 ms of the server's (measured; see docs/triton.md).
 SUSTAINED_RPS = 500.0
@@ -165,23 +169,34 @@ def arrival_times(trace: RateTrace, seed: int = 0) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.zeros(0)
 
 
+def is_rejection(error: str) -> bool:
+    """Whether a failed request's error is Triton's queue policy refusing it (overload guard)."""
+    return any(m in error for m in REJECTION_MESSAGES)
+
+
 def _pct(values: np.ndarray, q: float) -> float | None:
     return round(float(np.percentile(values, q)), 3) if len(values) else None
 
 
 def summarize(
-    send_s: np.ndarray, latency_ms: np.ndarray, ok: np.ndarray, duration_s: float
+    send_s: np.ndarray, latency_ms: np.ndarray, ok: np.ndarray, duration_s: float,
+    rejected: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Totals, latency percentiles (successful requests) and a per-second timeline.
 
-    The timeline bins requests by the second they were sent in.
+    `failed` counts every request not served; `rejected` the part of those the server's
+    overload guard refused (its queue policy), `failed_other` the rest. The timeline bins
+    requests by the second they were sent in.
     """
     ok = ok.astype(bool)
+    rej = np.zeros(len(ok), dtype=bool) if rejected is None else rejected.astype(bool) & ~ok
     good = latency_ms[ok]
     report: dict[str, Any] = {
         "requests": int(len(send_s)),
         "ok": int(ok.sum()),
         "failed": int((~ok).sum()),
+        "rejected": int(rej.sum()),
+        "failed_other": int((~ok & ~rej).sum()),
         "p50_ms": _pct(good, 50),
         "p99_ms": _pct(good, 99),
         "mean_ms": round(float(good.mean()), 3) if len(good) else None,
@@ -199,6 +214,7 @@ def summarize(
             "sent": int(sel.sum()),
             "ok": int((sel & ok).sum()),
             "failed": int((sel & ~ok).sum()),
+            "rejected": int((sel & rej).sum()),
             "p50_ms": _pct(lat, 50),
             "p99_ms": _pct(lat, 99),
         })
@@ -212,6 +228,7 @@ class _Records:
     sent: list[float] = field(default_factory=list)
     latency_ms: list[float] = field(default_factory=list)
     ok: list[bool] = field(default_factory=list)
+    rejected: list[bool] = field(default_factory=list)
     target: list[str] = field(default_factory=list)
     done: int = 0
     good: int = 0
@@ -289,6 +306,7 @@ async def run_load(
         rec.sent.append(t_send)
         rec.latency_ms.append(math.nan)
         rec.ok.append(False)
+        rec.rejected.append(False)
         rec.target.append(target.url if target else "")
         if target is None:
             rec.errors["no ready target"] += 1
@@ -302,6 +320,7 @@ async def run_load(
                 rec.errors["wrong result"] += 1
         except Exception as exc:  # noqa: BLE001 - every failure is an outcome to record
             good = False
+            rec.rejected[idx] = is_rejection(str(exc))
             rec.errors[f"{type(exc).__name__}: {str(exc)[:120]}"] += 1
         rec.latency_ms[idx] = (now() - t_send) * 1000.0
         rec.ok[idx] = good
@@ -317,7 +336,8 @@ async def run_load(
             p99 = f"{np.percentile(done, 99):.1f}" if done else "-"
             progress(
                 f"load t={now():6.1f}s sent={n} ok={rec.good} "
-                f"failed={rec.done - rec.good} in-flight={n - rec.done} "
+                f"failed={rec.done - rec.good} (rejected={sum(rec.rejected)}) "
+                f"in-flight={n - rec.done} "
                 f"rate={(n - last) / 5.0:.0f}/s p99(last 5s)={p99}ms targets={len(current)}"
             )
             last = n
@@ -361,11 +381,13 @@ async def run_load(
     sent = np.array(rec.sent)
     latency = np.array(rec.latency_ms)
     ok = np.array(rec.ok, dtype=bool) & ~np.isnan(latency)
-    report = summarize(sent, latency, ok, float(trace.end))
+    rejected = np.array(rec.rejected, dtype=bool) & ~ok
+    report = summarize(sent, latency, ok, float(trace.end), rejected)
     lag = sent - np.array(rec.scheduled) if len(sent) else np.zeros(1)
     report["start_unix"] = round(start_unix, 6)  # send_s and timeline t count from here
     report["offered_rps"] = round(len(schedule) / trace.end, 2) if trace.end > 0 else 0.0
     report["send_lag_p99_ms"] = round(float(np.percentile(lag, 99)) * 1000, 3)
+    report["send_lag_max_ms"] = round(float(lag.max()) * 1000, 3)
     # the generator's own CPU per request: its capacity on a free core is 1 / this
     cpu = time.process_time() - cpu0
     report["client_cpu_ms_per_request"] = round(1000 * cpu / len(sent), 3) if len(sent) else None
@@ -376,6 +398,8 @@ async def run_load(
             "send_s": [round(s, 6) for s in rec.sent],
             "latency_ms": [None if math.isnan(v) else round(v, 3) for v in rec.latency_ms],
             "ok": [bool(v) for v in ok],
+            "rejected": [bool(v) for v in rejected],
+            "lag_ms": [round(float(v) * 1000, 3) for v in lag[: len(sent)]],
             "target": rec.target,
         }
     return report
