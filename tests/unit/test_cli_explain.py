@@ -1,6 +1,6 @@
 """`batchop explain`: the pure shaping of a BatchedModel and its Events, and the errors of
 the thin shell (bad target, no kubeconfig, unreachable API server). The run against a real
-API server is tests/integration/test_cli_explain.py."""
+API server is tests/integration/test_explain_apiserver.py."""
 
 from __future__ import annotations
 
