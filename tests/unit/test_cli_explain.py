@@ -97,8 +97,8 @@ def test_a_new_object_without_status_reads_as_such() -> None:
 @pytest.mark.parametrize(
     ("target", "rule"),
     [("resnet", "expected NAMESPACE/NAME"), ("/resnet", "expected NAMESPACE/NAME"),
-     ("ml/", "expected NAMESPACE/NAME"), ("ML/resnet", "not a DNS label"),
-     ("ml/Res_net", "not a DNS subdomain"), ("m" * 64 + "/x", "not a DNS label")],
+     ("ml/", "expected NAMESPACE/NAME"), ("ML/resnet", "must be a DNS-1123 label"),
+     ("ml/Res_net", "must be a DNS-1035 label"), ("m" * 64 + "/x", "must be a DNS-1123 label")],
 )
 def test_bad_target_is_a_usage_error(target: str, rule: str,
                                      capsys: pytest.CaptureFixture[str]) -> None:

@@ -45,17 +45,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def parse_target(text: str) -> tuple[str, str]:
-    """NAMESPACE/NAME, both non-empty DNS labels/subdomains as Kubernetes spells them."""
-    import re
+    """NAMESPACE/NAME, checked by the rules the API applies (`flags.namespaced_name`)."""
+    import argparse
 
-    namespace, sep, name = text.partition("/")
-    if not sep or not namespace or not name:
-        raise ExplainError(f"{text!r}: expected NAMESPACE/NAME", 2)
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", namespace):
-        raise ExplainError(f"{text!r}: namespace {namespace!r} is not a DNS label", 2)
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", name):
-        raise ExplainError(f"{text!r}: name {name!r} is not a DNS subdomain", 2)
-    return namespace, name
+    from batchop.cli.flags import namespaced_name
+
+    try:
+        return namespaced_name(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ExplainError(f"{text!r}: {exc}", 2) from None
 
 
 def _event_time(event: dict[str, Any]) -> str:
