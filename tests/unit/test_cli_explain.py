@@ -27,7 +27,8 @@ BM = {
     "status": {
         "observedGeneration": 3, "replicas": 3, "readyReplicas": 2,
         "maxQueueDelayMicroseconds": 1200,
-        "metrics": {"requestsPerSecond": 950.0, "p99LatencyMilliseconds": 31.5,
+        "metrics": {"requestsPerSecond": 950.0, "peakRequestsPerSecond": 2400.0,
+                    "p99LatencyMilliseconds": 31.5,
                     "averageBatchSize": 7.9, "queueMilliseconds": 0.8,
                     "rejectedPerSecond": 0.0},
         "lastDecision": {"time": "2026-12-02T00:55:00Z", "replicas": 3,
@@ -71,7 +72,8 @@ def test_text_says_what_was_decided_and_why() -> None:
     assert "1,200 us applied (bounds 0..10,000 us)" in text
     assert "Last decision: 2026-12-02T00:55:00Z (5m ago)" in text
     assert "why           p99 31.5 ms over the 21 ms margin at 950 req/s: scale up" in text
-    assert "rate 950 req/s, p99 31.5 ms (SLO 25 ms), average batch 7.9" in text
+    assert ("rate 950 req/s (busiest scrape interval 2,400 req/s), p99 31.5 ms (SLO 25 ms), "
+            "average batch 7.9") in text
     assert "SLOMet            False    P99AboveSLO: p99 31.5 ms > SLO 25 ms" in text
     assert "DelayChanged: delay 500 -> 1200 us (x2)" in text
     assert text.index("DelayChanged") < text.index("Scaled")

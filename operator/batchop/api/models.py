@@ -838,6 +838,11 @@ class Metrics(StatusModel):
         description="Requests Triton refused per second (queue timeout or full queue, "
         "spec.overload), all replicas.",
     )
+    peak_requests_per_second: float | None = Field(
+        default=None,
+        description="The busiest scrape interval's arrivals (served + refused) per second "
+        "since the last tick: the burst the rate window averages away.",
+    )
 
 
 class LastDecision(StatusModel):

@@ -187,7 +187,8 @@ def render_text(ex: dict[str, Any], now: datetime | None = None) -> str:
     if m:
         lines.append("Metrics the tuner last saw (status.metrics):")
         lines.append(
-            f"  rate {_num(m.get('requestsPerSecond'), ' req/s')}, "
+            f"  rate {_num(m.get('requestsPerSecond'), ' req/s')} "
+            f"(busiest scrape interval {_num(m.get('peakRequestsPerSecond'), ' req/s')}), "
             f"p99 {_num(m.get('p99LatencyMilliseconds'), ' ms')} "
             f"(SLO {_num(ex['slo']['p99LatencyMilliseconds'], ' ms')}), "
             f"average batch {_num(m.get('averageBatchSize'))}, "

@@ -183,6 +183,7 @@ def tuner_status(
             "averageBatchSize": _round(obs.avg_batch),
             "queueMilliseconds": _round(obs.queue_ms, 3),
             "rejectedPerSecond": _round(obs.rejected_rps),
+            "peakRequestsPerSecond": _round(obs.peak_rps),
         },
         "conditions": merge_conditions(
             ((bm.get("status") or {}).get("conditions") or []),
