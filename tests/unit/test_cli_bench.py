@@ -6,17 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_samples import TINY_PROFILE
 
 from batchop.cli import bench
 from batchop.cli.main import main
 
-PROFILE = """\
-name: tiny
-max_batch_size: 8
-startup_seconds: 5
-gpus_per_replica: 1
-batch_latency_ms: {1: 2.0, 8: 5.0}
-"""
+PROFILE = TINY_PROFILE
 TRACE = "second,rps\n0,200\n40,900\n80,200\n120,0\n"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_samples import TINY_PROFILE
 
 from batchop import __version__
 from batchop.api.models import parse_batched_model
@@ -21,13 +22,7 @@ from batchop.cli.main import build_parser, main
 from batchop.cli.output import Progress, dumps
 
 ROOT = Path(__file__).resolve().parents[2]
-PROFILE = """\
-name: tiny
-max_batch_size: 8
-startup_seconds: 5
-gpus_per_replica: 1
-batch_latency_ms: {1: 2.0, 8: 5.0}
-"""
+PROFILE = TINY_PROFILE
 
 
 def _batchop(*args: str) -> subprocess.CompletedProcess[str]:

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from cli_samples import TINY_PROFILE
 
 from batchop.cli.main import main
 from batchop.sim.plot import (
@@ -18,13 +19,7 @@ from batchop.sim.plot import (
     slo_label,
 )
 
-PROFILE = """\
-name: tiny
-max_batch_size: 8
-startup_seconds: 5
-gpus_per_replica: 1
-batch_latency_ms: {1: 2.0, 8: 5.0}
-"""
+PROFILE = TINY_PROFILE
 
 
 @pytest.mark.parametrize(
