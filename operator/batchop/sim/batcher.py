@@ -167,20 +167,28 @@ def advance(
         sizes = np.asarray(sizes_l, dtype=np.int32)
         durs = np.asarray(durs_l)
         served = int(sizes.sum()) if len(sizes) else 0
-        ends = starts + durs
         # Nominal (unshared) work, for GPU busy time.
         rep.busy_s += float(np.asarray(lat_s)[sizes].sum()) if len(sizes) else 0.0
         rep.executions += len(sizes)
     done = idx[:served]
     rep.pending = idx[served:]
     if served:
-        store.start[done] = np.repeat(starts, sizes)
-        store.end[done] = np.repeat(ends, sizes)
-        store.compute[done] = np.repeat(durs, sizes)
-        store.batch[done] = np.repeat(sizes, sizes)
-        store.replica[done] = rep.id
-        rep.uncounted.append(done)
+        _record(rep, store, done, starts, durs, sizes)
     return done
+
+
+def _record(
+    rep: Replica, store: RequestStore, done: np.ndarray, starts: np.ndarray, durs: np.ndarray,
+    sizes: np.ndarray,
+) -> None:
+    """Write executed batches (start, duration, size; one row per batch) onto their
+    requests, and queue them for the pod's next scrape."""
+    store.start[done] = np.repeat(starts, sizes)
+    store.end[done] = np.repeat(starts + durs, sizes)
+    store.compute[done] = np.repeat(durs, sizes)
+    store.batch[done] = np.repeat(sizes, sizes)
+    store.replica[done] = rep.id
+    rep.uncounted.append(done)
 
 
 def _fifo_single(
@@ -327,12 +335,7 @@ def _advance_guarded(
     rep.busy_s += float(np.asarray(lat_s)[sizes].sum())
     rep.executions += len(sizes)
     done = idx[np.asarray(members, dtype=np.int64)]
-    store.start[done] = np.repeat(starts, sizes)
-    store.end[done] = np.repeat(starts + durs, sizes)
-    store.compute[done] = np.repeat(durs, sizes)
-    store.batch[done] = np.repeat(sizes, sizes)
-    store.replica[done] = rep.id
-    rep.uncounted.append(done)
+    _record(rep, store, done, starts, durs, sizes)
     return done
 
 
