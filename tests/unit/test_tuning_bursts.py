@@ -11,7 +11,14 @@ import pytest
 from batchop.observe.prometheus import build_queries, duration_s, parse_matrix
 from batchop.sim.scrape import SUCCESS, Sample, peak_rate
 from batchop.tuning.forecast import MAX_RISE, trend
-from batchop.tuning.policy import BURST_MAX, P99_WINDOW_S, SHORT_MEMORY_S, _remembered, decide
+from batchop.tuning.policy import (
+    BURST_MAX,
+    P99_WINDOW_S,
+    SHORT_MEMORY_S,
+    _learn_startup,
+    _remembered,
+    decide,
+)
 from batchop.tuning.types import Observation, TuningSpec, TuningState
 
 CPU_DEMO = ((1, 4.0), (4, 5.0), (8, 6.0), (16, 8.0), (32, 12.0))
@@ -186,3 +193,14 @@ def test_a_one_off_rise_is_forgotten_sooner_than_a_burst_that_came_back() -> Non
     recurring += [(300.0, 300.0)] * 20
     held = run(recurring, spec)
     assert held[8 + 2 * short_ticks + 3] == held[8] > 1  # still held where the one-off was not
+
+
+def test_startup_time_is_learned_when_the_last_new_replica_is_ready() -> None:
+    state = TuningState(last_scale_up_s=0.0, last_starting_s=30.0, last_time_s=30.0)
+    starting = replace(obs(60.0, 100.0, 2), ready_replicas=1)
+    assert _learn_startup(state, starting, 60.0) is None  # still starting
+    assert _learn_startup(state, obs(60.0, 100.0, 2), 60.0) == 60.0
+    learned = replace(state, startup_s=20.0)
+    assert _learn_startup(learned, obs(60.0, 100.0, 2), 60.0) == 40.0  # EWMA
+    later = replace(learned, last_time_s=45.0)  # a tick passed since the start completed
+    assert _learn_startup(later, obs(60.0, 100.0, 2), 60.0) == 20.0
