@@ -186,9 +186,12 @@ def render_text(ex: dict[str, Any], now: datetime | None = None) -> str:
     m = ex["metrics"]
     if m:
         lines.append("Metrics the tuner last saw (status.metrics):")
+        peak = m.get("peakRequestsPerSecond")
+        busiest = (
+            f" (busiest scrape interval {_num(peak, ' req/s')})" if peak is not None else ""
+        )
         lines.append(
-            f"  rate {_num(m.get('requestsPerSecond'), ' req/s')} "
-            f"(busiest scrape interval {_num(m.get('peakRequestsPerSecond'), ' req/s')}), "
+            f"  rate {_num(m.get('requestsPerSecond'), ' req/s')}{busiest}, "
             f"p99 {_num(m.get('p99LatencyMilliseconds'), ' ms')} "
             f"(SLO {_num(ex['slo']['p99LatencyMilliseconds'], ' ms')}), "
             f"average batch {_num(m.get('averageBatchSize'))}, "
