@@ -47,12 +47,12 @@ STEPS = ((0.0, 40.0), (0.2, 320.0), (0.6, 120.0), (0.8, 40.0))
 # replica serves ~460 req/s on paper (the profile) and ~360 for real (the python backend adds
 # about 1 ms an execution), so the 320 req/s step needs a second replica to keep p99 within the
 # SLO, while the low steps leave room for a longer delay. Ticks every 10 s, a 30 s
-# scale-down window and a 30 s peak memory (not the 600 s default, which holds replicas
-# between bursts) let a 3.5-minute demo give the GPU back.
+# scale-down window and no peak memory (the default 600 s holds replicas between bursts;
+# `demo --trace` shows it) let a 3.5-minute demo give the GPU back.
 DEMO_SPEC = {
     "model": {"maxBatchSize": 2},
     "autotune": {
-        "intervalSeconds": 10, "scaleDownStabilizationSeconds": 30, "burstMemorySeconds": 30
+        "intervalSeconds": 10, "scaleDownStabilizationSeconds": 30, "burstMemorySeconds": 0
     },
 }
 SETTLE_INTERVALS = 3
