@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_samples import TINY_PROFILE
+from cli_samples import TINY_PROFILE, write_inputs
 
 from batchop.cli import bench
 from batchop.cli.main import main
@@ -17,11 +17,7 @@ TRACE = "second,rps\n0,200\n40,900\n80,200\n120,0\n"
 
 @pytest.fixture()
 def inputs(tmp_path: Path) -> tuple[Path, Path]:
-    profile = tmp_path / "tiny.yaml"
-    profile.write_text(PROFILE)
-    trace = tmp_path / "steps.csv"
-    trace.write_text(TRACE)
-    return profile, trace
+    return write_inputs(tmp_path)
 
 
 def test_bench_sweeps_hpa_and_writes_batchops_ratios(

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_samples import TINY_PROFILE
+from cli_samples import TINY_PROFILE, write_inputs
 
 from batchop.cli.main import main
 
@@ -27,11 +27,7 @@ CONTRACT = (
 
 @pytest.fixture()
 def inputs(tmp_path: Path) -> tuple[Path, Path]:
-    profile = tmp_path / "tiny.yaml"
-    profile.write_text(PROFILE)
-    trace = tmp_path / "steps.csv"
-    trace.write_text(TRACE)
-    return profile, trace
+    return write_inputs(tmp_path)
 
 
 def test_simulate_writes_the_contract_fields_and_a_plot(
