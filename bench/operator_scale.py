@@ -14,12 +14,19 @@ queue-delay tuning on every 5 s, then starts one `batchop run` and measures:
   counted as the ticks': windows repeat until two in a row agree within --tolerance (at most
   --max-windows); the last one is reported, the first one too, to show the drain;
 - peak RSS (VmHWM);
-- Prometheus queries per tick, counted at the endpoint.
+- Prometheus queries per tick, counted by Prometheus itself (prometheus_http_requests_total).
 
-SYNTHETIC PROMETHEUS, FOR THIS BENCHMARK ONLY: the operator's --prometheus-url points at a tiny
-in-process HTTP server (FakePrometheus below) that answers every instant query with one series
-per model (fixed, healthy figures well within the SLO). It exercises the observer's request and
-parsing path at N series per query; it is not a Prometheus and nothing else uses it.
+Prometheus, its PromQL and the operator are real: for each N the local stack's Prometheus
+(batchop.local.prometheus, Debian's build) scrapes every --scrape-interval s, and the operator's
+observer sends it its own queries. THE ONE STAND-IN IS THE SCRAPE TARGETS: there are no Triton
+pods at N=1000 (KWOK), so one synthetic exporter (bench/synthetic_triton.py) stands in for N
+Triton pods, scraped as N targets labelled as the pod relabeling labels a Triton pod, each
+answering Triton-format nv_inference_* series at fixed healthy figures (p99 20 ms, SLO 50 ms).
+Before the operator starts, the benchmark checks with the observer's own queries that every
+model has every part; the operator then finds data for all N from its first tick.
+
+--profile DIR records the operator's cold phase with py-spy (raw collapsed stacks, every
+thread, idle samples included, so waiting on the API server shows) and prints the top frames.
 
 Writes the table, with the command, commit and machine load, to bench/results/operator_scale.md
 after each N (a partial run keeps its rows; --out to write elsewhere).
@@ -36,18 +43,18 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from batchop.api.constants import PROM_LABEL_MODEL
+from synthetic_triton import SyntheticTritonExporter
+
 from batchop.local.cluster import LocalCluster
+from batchop.local.prometheus import PrometheusServer
+from batchop.observe.prometheus import PrometheusObserver
 from batchop.provenance import Provenance
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,73 +63,55 @@ RESULTS = REPO / "bench" / "results" / "operator_scale.md"
 TICK_METRIC = "batchop_tick_duration_seconds"
 QUERY_METRIC = "batchop_prometheus_query_duration_seconds"
 
-# Synthetic per-model values, picked by a fragment of the PromQL the observer sends.
-SYNTHETIC = (
-    ("nv_inference_request_summary_us", 20.0),  # p99 ms (SLO is 50 ms)
-    ("timestamp(", 2.0),  # age of the freshest sample, s
-    ("up{", 1.0),  # scraped pods
-    ("pending_request_count", 0.0),
-    ("queue_duration_us", 1.0),  # queue ms per request
-    ("compute_infer_duration_us", 5.0),  # compute ms per request
-    ("nv_inference_exec_count", 4.0),  # average batch
-    ("nv_inference_request_success", 100.0),  # request rate
-)
+def start_profile(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy recording `pid` until stopped: raw collapsed stacks, per thread, idle included."""
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.is_file():
+        raise SystemExit(f"--profile needs py-spy at {spy} (make install puts it there)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [str(spy), "record", "--pid", str(pid), "--format", "raw", "--output", str(out),
+         "--threads", "--idle", "--rate", "50", "--nonblocking"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
 
 
-class FakePrometheus:
-    """SYNTHETIC, benchmark only: answers /api/v1/query with one series per model; counts."""
+def stop_profile(spy: subprocess.Popen[bytes], out: Path) -> None:
+    """Stop py-spy (it writes on SIGINT) and print where the samples are."""
+    spy.send_signal(signal.SIGINT)
+    _, err = spy.communicate(timeout=60)
+    if not out.is_file():
+        print(f"  py-spy wrote nothing: {err.decode(errors='replace')[-500:]}")
+        return
+    print(f"  profile of the cold phase: {out}")
+    for line in profile_summary(out):
+        print(f"    {line}")
 
-    def __init__(self) -> None:
-        self.models: list[tuple[str, str]] = []
-        self.queries = 0
-        self.lock = threading.Lock()
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self, query: str) -> None:
-                with fake.lock:
-                    fake.queries += 1
-                    models = list(fake.models)
-                value = next((v for frag, v in SYNTHETIC if frag in query), 1.0)
-                now = time.time()
-                result = [
-                    {
-                        "metric": {"namespace": ns, PROM_LABEL_MODEL: name},
-                        "value": [now, str(value)],
-                    }
-                    for ns, name in models
-                ]
-                body = json.dumps(
-                    {"status": "success", "data": {"resultType": "vector", "result": result}}
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                params = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
-                self._answer(params.get("query", [""])[0])
-
-            def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length") or 0)
-                params = urllib.parse.parse_qs(self.rfile.read(length).decode())
-                self._answer(params.get("query", [""])[0])
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def count(self) -> int:
-        with self.lock:
-            return self.queries
-
-    def stop(self) -> None:
-        self.server.shutdown()
+def profile_summary(path: Path, top: int = 25) -> list[str]:
+    """Share of samples per thread, and the frames most often on the stack (self and total)."""
+    threads: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = stack.split(";")
+        total += count
+        threads[frames[0]] += count
+        for frame in set(frames[1:]):
+            inclusive[frame] += count
+        own[frames[-1]] += count
+    if not total:
+        return ["no samples"]
+    out = [f"{total} samples"]
+    out += [f"thread {k}: {100 * v / total:.1f}%" for k, v in threads.most_common(12)]
+    out += [f"on stack {100 * v / total:5.1f}%: {k}" for k, v in inclusive.most_common(top)]
+    out += [f"self     {100 * v / total:5.1f}%: {k}" for k, v in own.most_common(top)]
+    return out
 
 
 def free_port() -> int:
@@ -185,10 +174,50 @@ def laggards(cluster: LocalCluster, ns: str) -> list[str]:
     return out
 
 
+def prometheus_queries(url: str) -> int:
+    """Instant and range queries Prometheus has answered, from its own /metrics."""
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("prometheus_http_requests_total{") and (
+            'handler="/api/v1/query"' in line or 'handler="/api/v1/query_range"' in line
+        ):
+            total += float(line.split()[-1])
+    return int(total)
+
+
+def wait_for_series(url: str, models: list[tuple[str, str]], timeout_s: float) -> float:
+    """Wait until the observer's own queries give every part for every model; seconds taken.
+
+    Rates need two scrapes, so this takes one to two scrape intervals after the targets appear.
+    """
+    t0 = time.monotonic()
+    observer = PrometheusObserver(url)
+    want = set(models)
+    incomplete: list[str] = []
+    while time.monotonic() - t0 < timeout_s:
+        parts = observer.observe(history_s=300.0)
+        incomplete = [
+            f"{k[1]}: missing {', '.join(parts[k].missing) or 'rate history'}"
+            if k in parts
+            else f"{k[1]}: absent"
+            for k in sorted(want)
+            if k not in parts or parts[k].missing or not parts[k].rate_history
+        ]
+        if not incomplete:
+            return time.monotonic() - t0
+        time.sleep(2)
+    raise RuntimeError(
+        f"Prometheus at {url} lacks series for {len(incomplete)} models after {timeout_s:.0f} s:"
+        f" {incomplete[:3]}"
+    )
+
+
 def run_one(
     cluster: LocalCluster,
-    prom: FakePrometheus,
     n: int,
+    scrape_interval: float,
+    profile: Path | None,
     window: float,
     stall: float,
     settle: float,
@@ -206,8 +235,36 @@ def run_one(
             "-",
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
         )
-    with prom.lock:
-        prom.models = [(ns, name) for name in names]
+    models = [(ns, name) for name in names]
+    exporter = SyntheticTritonExporter()
+    prom = PrometheusServer(
+        None, scrape_interval_s=scrape_interval, static_targets=exporter.targets(models)
+    )
+    try:
+        prom.start()
+        waited = wait_for_series(prom.url, models, timeout_s=120 + 10 * scrape_interval)
+        print(f"  N={n}: Prometheus has every part for all {n} models ({waited:.0f} s)")
+        limits = (window, stall, settle, tolerance, max_windows)
+        return measure_operator(cluster, ns, n, prom, exporter, profile, *limits)
+    finally:
+        prom.stop()
+        exporter.stop()
+
+
+def measure_operator(
+    cluster: LocalCluster,
+    ns: str,
+    n: int,
+    prom: PrometheusServer,
+    exporter: SyntheticTritonExporter,
+    profile: Path | None,
+    window: float,
+    stall: float,
+    settle: float,
+    tolerance: float,
+    max_windows: int,
+) -> dict[str, Any]:
+    """Start one operator on namespace `ns` (N models, Prometheus ready) and measure it."""
     live, metrics = free_port(), free_port()
     log_path = Path(tempfile.gettempdir()) / f"batchop-operator-scale-{n}.log"
     command = [
@@ -220,11 +277,13 @@ def run_one(
     ]  # fmt: skip
     row: dict[str, Any] = {"n": n, "cold_s": None, "cold_99_s": None, "stuck": 0}
     calls0 = api_calls(cluster)
+    row["load_start"] = os.getloadavg()[0]
     with open(log_path, "wb") as log:
         t0 = time.monotonic()
         proc = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=cluster.environ()
         )
+    spy = start_profile(proc.pid, profile / f"cold-{n}.txt") if profile else None
     try:
         late: list[str] = [""] * n
         progress = time.monotonic()
@@ -251,6 +310,9 @@ def run_one(
             row["cold_s"] = time.monotonic() - t0
         row["cold_cpu_s"], _, row["cold_peak_mib"] = proc_figures(proc.pid)
         cold_end = time.monotonic()
+        if spy is not None and profile is not None:
+            stop_profile(spy, profile / f"cold-{n}.txt")
+            spy = None
         row["cold_calls"] = per_model(api_calls(cluster) - calls0, n)
         row["reconcile_runs"] = log_path.read_text(errors="replace").count(RECONCILED) / n
         print(f"  N={n}: cold phase over: {row}", flush=True)
@@ -258,18 +320,22 @@ def run_one(
         metrics_url = f"http://127.0.0.1:{metrics}/metrics"
         windows: list[dict[str, Any]] = []
         while len(windows) < max_windows:
-            windows.append(measure_window(proc.pid, metrics_url, prom, window))
+            windows.append(measure_window(proc.pid, metrics_url, prom, exporter, window))
             windows[-1]["after_cold_s"] = time.monotonic() - cold_end
             print(f"  N={n}: window {len(windows)}: {json.dumps(windows[-1])}", flush=True)
             if len(windows) >= 2 and steady(windows[-2], windows[-1], tolerance):
                 break
         _, rss, peak = proc_figures(proc.pid)
+        row["load_end"] = os.getloadavg()[0]
         row.update(windows[-1], rss_mib=rss, peak_mib=peak, windows=len(windows))
         row["steady"] = len(windows) >= 2 and steady(windows[-2], windows[-1], tolerance)
         row["first_cpu_per_tick_ms"] = windows[0]["cpu_per_tick_ms"]
         print(f"  N={n}: {json.dumps(row)}", flush=True)
         return row
     finally:
+        if spy is not None:
+            spy.kill()
+            spy.wait()
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=30)
@@ -322,10 +388,15 @@ def per_model(calls: Counter[tuple[str, str]], n: int) -> dict[str, float]:
 
 
 def measure_window(
-    pid: int, metrics_url: str, prom: FakePrometheus, window: float
+    pid: int,
+    metrics_url: str,
+    prom: PrometheusServer,
+    exporter: SyntheticTritonExporter,
+    window: float,
 ) -> dict[str, Any]:
     """Operator CPU, tick wall time and Prometheus queries per tick over about `window` s,
-    starting and ending on a tick boundary."""
+    starting and ending on a tick boundary; Prometheus's own CPU and scrapes per second."""
+    assert prom.process is not None
     ticks0, _, _ = tick_figures(metrics_url)
     while True:  # start the window on a tick boundary
         time.sleep(0.2)
@@ -333,7 +404,8 @@ def measure_window(
         if ticks1 > ticks0:
             break
     cpu1, _, _ = proc_figures(pid)
-    q1 = prom.count()
+    prom_cpu1, _, _ = proc_figures(prom.process.pid)
+    q1, scrapes1, t1 = prometheus_queries(prom.url), exporter.count(), time.monotonic()
     time.sleep(window)
     ticks_end, _, _ = tick_figures(metrics_url)
     ticks2, wall2, query2 = ticks_end, 0.0, 0.0
@@ -341,13 +413,18 @@ def measure_window(
         time.sleep(0.2)
         ticks2, wall2, query2 = tick_figures(metrics_url)
     cpu2, _, _ = proc_figures(pid)
+    prom_cpu2, _, _ = proc_figures(prom.process.pid)
+    q2, scrapes2, t2 = prometheus_queries(prom.url), exporter.count(), time.monotonic()
     ticks = ticks2 - ticks1
     return {
         "ticks": ticks,
         "cpu_per_tick_ms": 1000 * (cpu2 - cpu1) / ticks,
         "tick_wall_s": (wall2 - wall1) / ticks,
         "observe_wall_s": (query2 - query1) / ticks,
-        "queries_per_tick": (prom.count() - q1) / ticks,
+        "queries_per_tick": (q2 - q1) / ticks,
+        "tick_s": (t2 - t1) / ticks,
+        "prometheus_cpu_per_s": (prom_cpu2 - prom_cpu1) / (t2 - t1),
+        "scrapes_per_s": (scrapes2 - scrapes1) / (t2 - t1),
     }
 
 
@@ -368,21 +445,25 @@ def _settled(row: Mapping[str, Any]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| N models | cold: 99% Ready | cold: all Ready | operator CPU (cold) | "
-        "CPU per tuning tick, steady | tick wall time | of which Prometheus query+parse | "
-        "CPU per tick, first window | steady window | "
-        "Prometheus queries per tick | series per query | RSS after | peak RSS |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| N models | load avg (1 min) at start / end | cold: 99% Ready | cold: all Ready | "
+        "operator CPU (cold) | CPU per tuning tick, steady | operator CPU per 30 s, steady | "
+        "tick period | tick wall time | of which Prometheus query+parse | "
+        "CPU per tick, first window | steady window | Prometheus queries per tick | "
+        "Prometheus CPU per s (scrapes/s) | RSS after | peak RSS |",
+        "|---" * 16 + "|",
     ]
     for r in rows:
         cold = f"{r['cold_s']:.1f} s" if r["cold_s"] is not None else f"{r['stuck']} stuck"
+        per_30s = r["cpu_per_tick_ms"] / 1000 * 30 / r["tick_s"]
         lines.append(
-            f"| {r['n']} | {_seconds(r['cold_99_s'])} | {cold} | {r['cold_cpu_s']:.1f} s | "
+            f"| {r['n']} | {r['load_start']:.2f} / {r['load_end']:.2f} | "
+            f"{_seconds(r['cold_99_s'])} | {cold} | {r['cold_cpu_s']:.1f} s | "
             f"{r['cpu_per_tick_ms']:.0f} ms ({1000 * r['cpu_per_tick_ms'] / r['n']:.0f} us/model)"
-            f" | {r['tick_wall_s']:.2f} s | {r['observe_wall_s']:.2f} s | "
-            f"{r['first_cpu_per_tick_ms']:.0f} ms | {_settled(r)} | "
-            f"{r['queries_per_tick']:.1f} | {r['n']} | {r['rss_mib']:.0f} MiB | "
-            f"{r['peak_mib']:.0f} MiB |"
+            f" | {per_30s:.2f} s | {r['tick_s']:.1f} s | {r['tick_wall_s']:.2f} s | "
+            f"{r['observe_wall_s']:.2f} s | {r['first_cpu_per_tick_ms']:.0f} ms | "
+            f"{_settled(r)} | {r['queries_per_tick']:.1f} | "
+            f"{r['prometheus_cpu_per_s']:.2f} s ({r['scrapes_per_s']:.0f}) | "
+            f"{r['rss_mib']:.0f} MiB | {r['peak_mib']:.0f} MiB |"
         )
     return "\n".join(lines)
 
@@ -411,15 +492,20 @@ def write_results(
     window: float,
     settle: float,
     tolerance: float,
+    scrape_interval: float,
 ) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         "# Operator scale (bench/operator_scale.py)\n\n"
         f"{provenance.finish().markdown()}\n"
         "One `batchop run`, 8 handler threads; models at 0 replicas with queue-delay tuning "
-        "every 5 s. Prometheus is SYNTHETIC: an in-process stand-in answering each query with "
-        "one healthy series per model (this benchmark only), so the tick's query cost is its "
-        "HTTP and parsing at N series, not a real Prometheus's. CPU per tick is "
+        "every 5 s. Prometheus is real (the local stack's, Debian's build), scraping every "
+        f"{scrape_interval:g} s, and answers the observer's real PromQL; its N scrape targets "
+        "are one synthetic exporter standing in for N Triton pods (bench/synthetic_triton.py: "
+        "Triton-format series, labelled as the pod relabeling labels them, healthy fixed "
+        "figures). Queries per tick are counted by Prometheus (`prometheus_http_requests_total`)."
+        " Load average: the machine's (shared with other work), read at the operator's start and "
+        "at the end of the last window. CPU per tick is "
         f"all operator CPU over a {window:.0f} s window divided by the ticks in it (includes "
         "the status patches and watch events the tuning causes, and whatever the cold start "
         f"left to drain). Windows start {settle:.0f} s after the cold phase and repeat until two "
@@ -454,12 +540,19 @@ def main() -> int:
         help="steady when two windows in a row agree on CPU per tick within this fraction",
     )
     ap.add_argument("--max-windows", type=int, default=6, help="give up on steady after this")
+    ap.add_argument(
+        "--scrape-interval", type=float, default=15.0, help="Prometheus scrape interval, s "
+        "(the chart's PodMonitor: 15 s)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--profile", type=Path, default=None, help="record the cold phase with py-spy into "
+        "this directory (cold-N.txt, collapsed stacks)",
+    )  # fmt: skip
     ap.add_argument("--name", default="batchop-scale", help="local cluster name")
     ap.add_argument("--keep-cluster", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS, help="Markdown result file")
     args = ap.parse_args()
     provenance = Provenance.start()
-    prom = FakePrometheus()
     cluster = LocalCluster(args.name).up(replace=True)
     rows: list[dict[str, Any]] = []
     try:
@@ -469,10 +562,12 @@ def main() -> int:
         )
         for n in args.models:
             limits = (args.window, args.stall, args.settle, args.tolerance, args.max_windows)
-            rows.append(run_one(cluster, prom, n, *limits))
-            write_results(args.out, provenance, rows, args.window, args.settle, args.tolerance)
+            rows.append(run_one(cluster, n, args.scrape_interval, args.profile, *limits))
+            write_results(
+                args.out, provenance, rows, args.window, args.settle, args.tolerance,
+                args.scrape_interval,
+            )  # fmt: skip
     finally:
-        prom.stop()
         if not args.keep_cluster:
             cluster.down()
     print(table(rows))
