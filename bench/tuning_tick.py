@@ -28,8 +28,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from batchop.controller.handlers import Handlers, slim_model
+from batchop.controller.handlers import Handlers
 from batchop.controller.kube import APIError
+from batchop.controller.reconcile import slim_model
 from batchop.controller.settings import Settings
 from batchop.controller.tuning_loop import TuningLoop
 from batchop.observe.prometheus import ObservationParts
