@@ -31,6 +31,7 @@ from batchop.api.constants import (
     LABEL_MODEL,
     PLURAL,
     VERSION,
+    ModelKey,
 )
 from batchop.api.constants import GROUP as API_GROUP
 from batchop.api.errors import SpecError
@@ -48,7 +49,7 @@ from batchop.controller.reconcile import (
     stale_children,
 )
 from batchop.controller.settings import Settings
-from batchop.controller.state import ModelKey, ModelStore, model_key
+from batchop.controller.state import ModelStore, model_key
 from batchop.controller.status import OWNED_CONDITIONS, compute_status
 from batchop.controller.tuning_loop import TuningLoop
 from batchop.observe.prometheus import PrometheusObserver

@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from batchop import metrics
+from batchop.api.constants import ModelKey
 from batchop.controller.kube import APIError
 from batchop.controller.reconcile import slim_model
-
-ModelKey = tuple[str, str]  # (namespace, name)
 
 STATUS_ATTEMPTS = 4
 

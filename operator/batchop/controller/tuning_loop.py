@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from batchop import metrics
 from batchop.act.triton_reload import ReloadError, ReloadResult, set_queue_delay
-from batchop.api.constants import ANNOTATION_DELAY, ANNOTATION_QUEUE_POLICY
+from batchop.api.constants import ANNOTATION_DELAY, ANNOTATION_QUEUE_POLICY, ModelKey
 from batchop.api.tuning_spec import manifest_tuning_spec
 from batchop.controller.autotune import (
     applied_delay,
@@ -45,7 +45,7 @@ from batchop.controller.autotune import (
     tunes,
 )
 from batchop.controller.kube import APIError
-from batchop.controller.state import ModelKey, ModelStore, model_key
+from batchop.controller.state import ModelStore, model_key
 from batchop.observe.prometheus import (
     PrometheusObserver,
     PrometheusUnavailable,
