@@ -14,7 +14,8 @@ cluster. `build_registry` wires it into kopf:
   finalizer, so deleting a BatchedModel never waits for the operator to be running.
 
 Deployments, pods and BatchedModels are kept in kopf indexes (in memory, fed by the watch
-streams), so refreshing status costs no GETs.
+streams), so refreshing status costs no GETs. Status is written through `state.ModelStore`,
+which the tuning loop shares: one lock, one newest copy and one conflict rule per model.
 """
 
 from __future__ import annotations
