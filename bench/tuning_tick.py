@@ -28,8 +28,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from batchop.controller.handlers import Handlers, slim_model
+from batchop.api.constants import ModelKey
+from batchop.controller.handlers import Handlers
 from batchop.controller.kube import APIError
+from batchop.controller.reconcile import slim_model
 from batchop.controller.settings import Settings
 from batchop.controller.tuning_loop import TuningLoop
 from batchop.observe.prometheus import ObservationParts
@@ -38,7 +40,6 @@ from batchop.provenance import Provenance
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from operator_scale import model  # noqa: E402 (the scale benchmark's BatchedModel)
 
-Key = tuple[str, str]
 RESULTS = Path(__file__).resolve().parent / "results" / "tuning_tick.md"
 HEALTHY = ObservationParts(
     rps=100.0, avg_batch=4.0, queue_ms=1.0, compute_ms=5.0, p99_ms=20.0, pending=0.0,
@@ -94,7 +95,7 @@ def build(n: int, lagging: bool) -> tuple[TuningLoop, MemoryAPI, list[float]]:
     parts = dict.fromkeys(api.models, HEALTHY)
 
     class Observer:
-        def observe(self) -> dict[Key, ObservationParts]:
+        def observe(self) -> dict[ModelKey, ObservationParts]:
             return parts
 
     clock = [1.8e9]

@@ -120,6 +120,9 @@ def test_prometheus_outage_holds_then_resumes_and_a_rejected_reload_keeps_servin
             "MetricsAvailable=True again once Prometheus is back",
         )
         assert (back["status"].get("metrics") or {}).get("requestsPerSecond")
+        # The pod was brought to the spec's delay and queue policy over gRPC (the hitless
+        # path; HTTP is the fallback that stalls requests), and status says which was used.
+        assert back["status"].get("reloadProtocol") == "grpc", back["status"]
 
         # --- Triton rejects the reload: old model keeps serving --------------------------
         (model_dir / "profile.json").write_text("not json: the model cannot initialise\n")

@@ -143,6 +143,14 @@ class OperatorMetrics:
             [*BM_LABELS, "stage"],
             registry=r,
         )
+        self.reloads = Counter(
+            "batchop_delay_reloads",
+            "Pods brought to the desired queue delay and policy, by the protocol the control "
+            "calls went over: grpc, or http (the fallback when gRPC is unreachable, which "
+            "stalls the requests on one Triton HTTP worker for the reload).",
+            [*BM_LABELS, "protocol"],
+            registry=r,
+        )
         self.query_duration = Histogram(
             "batchop_prometheus_query_duration_seconds",
             "Latency of Prometheus queries, by query name (one query per metric per tick).",
@@ -263,6 +271,10 @@ class OperatorMetrics:
         self.reconcile_errors.labels(namespace, name, stage).inc()
         self._remember(self.reconcile_errors, (namespace, name, stage))
 
+    def record_reload(self, namespace: str, name: str, protocol: str) -> None:
+        self.reloads.labels(namespace, name, protocol).inc()
+        self._remember(self.reloads, (namespace, name, protocol))
+
     @contextmanager
     def time_tick(self) -> Iterator[None]:
         start = time.perf_counter()
@@ -362,6 +374,10 @@ def set_condition(namespace: str, name: str, type_: str, status: bool) -> None:
 
 def record_reconcile_error(namespace: str, name: str, stage: str) -> None:
     METRICS.record_reconcile_error(namespace, name, stage)
+
+
+def record_reload(namespace: str, name: str, protocol: str) -> None:
+    METRICS.record_reload(namespace, name, protocol)
 
 
 def time_tick() -> AbstractContextManager[None]:

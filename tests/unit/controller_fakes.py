@@ -15,8 +15,9 @@ from typing import Any
 
 import yaml
 
-from batchop.controller.handlers import Handlers, slim_model
+from batchop.controller.handlers import Handlers
 from batchop.controller.kube import APIError, NotServed
+from batchop.controller.reconcile import slim_model
 from batchop.controller.settings import Settings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cpu-demo.yaml"

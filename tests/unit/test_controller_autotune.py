@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from controller_fakes import World
 
+from batchop.act.triton_reload import ReloadResult
 from batchop.api.tuning_spec import manifest_tuning_spec as tuning_spec
 from batchop.controller.autotune import (
     applied_delay,
@@ -17,7 +18,7 @@ from batchop.controller.autotune import (
     pods_to_reload,
     tuner_status,
 )
-from batchop.controller.handlers import slim_model
+from batchop.controller.reconcile import slim_model
 from batchop.controller.tuning_loop import TuningLoop
 from batchop.observe.prometheus import ObservationParts, PrometheusUnavailable
 from batchop.tuning.overload import QUEUE, QueuePolicy
@@ -136,6 +137,7 @@ class Harness:
         self.reloads: list[tuple[str, str, int]] = []
         self.policies: list[QueuePolicy] = []
         self.fail_reload = False
+        self.via = "grpc"  # the protocol the stand-in reload reports
         self.now = NOW_S
         self.loop = TuningLoop(
             self.w.handlers,
@@ -148,11 +150,12 @@ class Harness:
             clock=lambda: self.now,
         )
 
-    def reload(self, url: str, model: str, delay: int, policy: QueuePolicy) -> None:
+    def reload(self, url: str, model: str, delay: int, policy: QueuePolicy) -> ReloadResult:
         if self.fail_reload:
             raise ConnectionRefusedError(f"{url} refused")
         self.reloads.append((url, model, delay))
         self.policies.append(policy)
+        return ReloadResult(url, model, 0, delay, True, 0.1, self.via, policy)
 
     def conditions(self) -> dict[str, dict[str, Any]]:
         return self.w.conditions()
@@ -380,3 +383,44 @@ def test_last_decision_records_its_kind_and_prediction() -> None:
     assert decision["kind"] not in ("", "hold")  # a recorded decision changes something
     assert decision["predictedP99Milliseconds"] >= 0
     assert f"{decision['predictedP99Milliseconds']:.0f} ms" in decision["reason"]
+
+
+@pytest.mark.parametrize("via", ["grpc", "http"])
+def test_the_reload_protocol_is_recorded_in_status_and_metrics(via: str) -> None:
+    """The HTTP fallback stalls requests during a reload: status and metrics say it was used."""
+    from batchop.metrics import METRICS
+
+    h = Harness(busy(p99_ms=12.0), decide=hold)
+    h.via = via
+    labels = {"namespace": "ml", "batchedmodel": "cpu-demo", "protocol": via}
+    before = METRICS.registry.get_sample_value("batchop_delay_reloads_total", labels) or 0.0
+    h.loop.tick()
+    assert len(h.reloads) == 1
+    assert h.w.cluster.model["status"]["reloadProtocol"] == via
+    after = METRICS.registry.get_sample_value("batchop_delay_reloads_total", labels)
+    assert after == before + 1
+    h.now += 60
+    h.loop.tick()  # records the delay the pod now runs
+    writes = h.w.cluster.writes.count("status")
+    h.now += 60
+    h.loop.tick()  # nothing to reload, nothing new to record
+    assert len(h.reloads) == 1 and h.w.cluster.writes.count("status") == writes
+    assert h.w.cluster.model["status"]["reloadProtocol"] == via
+
+
+def test_a_bug_in_the_reload_is_logged_with_its_trace_not_retried_as_a_pod_fault(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only Triton's and the API server's refusals are retried with backoff and reported as
+    ReloadFailed; anything else is a bug: logged with its traceback, other models go on."""
+    h = Harness(busy(p99_ms=12.0), decide=hold)
+
+    def broken(url: str, model: str, delay: int, policy: QueuePolicy) -> ReloadResult:
+        raise TypeError("a bug")
+
+    h.loop.reload = broken
+    with caplog.at_level("ERROR", logger="batchop.tuning"):
+        h.loop.tick()
+    assert not h.loop.retries and "ReloadFailed" not in [e[1] for e in h.w.events]
+    traced = [r for r in caplog.records if r.exc_info and "not converged" in r.getMessage()]
+    assert traced and "a bug" in str(traced[0].exc_info[1])

@@ -112,6 +112,21 @@ def test_child_events_ignored_when_owner_is_gone_or_going_or_someone_else() -> N
     assert not w.events
 
 
+def test_drift_under_an_invalid_spec_is_left_alone_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = World()
+    w.handlers.reconcile(w.bm)
+    service = w.cluster.objects.pop(("Service", "cpu-demo"))
+    bad = w.bm
+    bad["spec"]["scaling"].update(minReplicas=3, replicas=1)
+    with caplog.at_level("INFO", logger="batchop.controller"):
+        assert w.handlers.child_event("DELETED", service, bad) == "none"
+    assert ("Service", "cpu-demo") not in w.cluster.objects
+    assert any("spec is invalid" in r.getMessage() and "minReplicas" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+
+
 def test_status_conflict_rereads_and_keeps_the_tuners_condition() -> None:
     w = World()
     w.handlers.reconcile(w.bm)

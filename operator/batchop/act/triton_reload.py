@@ -11,7 +11,9 @@ The control calls go over gRPC (port 8001) by default, not HTTP: Triton 2.51 run
 `load` on one of its HTTP worker threads for the whole reload, and inference requests that
 land on that thread wait until the new model is ready (measured: 10-15 requests at 150 req/s
 stalled for the 1.6-2.3 s of a python-backend reload; the same reloads over gRPC stalled none;
-cf. triton-inference-server/server#8117, #8958). If gRPC is unreachable we fall back to HTTP.
+cf. triton-inference-server/server#8117, #8958). If gRPC is unreachable we fall back to HTTP,
+with a warning; `ReloadResult.via` says which was used (the operator records it in
+`status.reloadProtocol` and `batchop_delay_reloads_total{protocol}`).
 
 Async (tritonclient aio clients) because the operator runs on an event loop; reloads of
 several pods can be gathered. `set_queue_delay_sync` is for scripts.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +33,8 @@ from batchop.tuning.overload import QueuePolicy, live_queue_policy
 
 DELAY_FIELD = "max_queue_delay_microseconds"
 GRPC_PORT = 8001  # Triton's default; batchop pods expose it as port "grpc"
+
+log = logging.getLogger("batchop.act")
 
 
 class ReloadError(RuntimeError):
@@ -235,8 +240,11 @@ async def set_queue_delay(
             result = await _set_via(
                 grpc_url(url, grpc_port), model, delay_us, timeout, "grpc", queue_policy
             )
-        except ServerUnreachable:
-            pass  # gRPC disabled or not exposed: HTTP still works, at the cost above
+        except ServerUnreachable as exc:  # gRPC disabled or not exposed: HTTP still works
+            log.warning(
+                "gRPC control of %s unreachable (%s); reloading over HTTP, which stalls the "
+                "requests on one HTTP worker for the reload", url, exc.reason,
+            )  # fmt: skip
         except ReloadError as exc:
             raise type(exc)(url, model, exc.reason) from exc
         else:

@@ -72,3 +72,7 @@ CONDITION_TYPES = (
 # clients drop it from their endpoints: without it a scale-down fails the requests already on
 # their way to the removed pod.
 DRAIN_SECONDS = 5
+
+# How the operator names one BatchedModel everywhere (the observer's series, the handlers'
+# and the tuner's per-model memory): (namespace, name).
+ModelKey = tuple[str, str]

@@ -902,6 +902,12 @@ class BatchedModelStatus(StatusModel):
     max_queue_delay_microseconds: int | None = Field(
         default=None, description="Queue delay applied on every ready replica."
     )
+    reload_protocol: Literal["grpc", "http"] | None = Field(
+        default=None,
+        description="How the last live delay change reached Triton: grpc, or http (the "
+        "fallback when gRPC is unreachable; it stalls requests on one HTTP worker while the "
+        "model reloads).",
+    )
     metrics: Metrics | None = Field(default=None, description="Latest observed metrics.")
     last_decision: LastDecision | None = Field(
         default=None, description="The tuner's latest change."

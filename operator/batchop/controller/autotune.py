@@ -23,8 +23,6 @@ from batchop.controller.status import Condition, format_time, merge_conditions
 from batchop.tuning.overload import QueuePolicy, queue_policy
 from batchop.tuning.types import Decision, Observation, TuningSpec
 
-TUNER_CONDITIONS = ("SLOMet", "MetricsAvailable")
-
 
 def _default(section: type[Any], field: str) -> Any:
     return section.model_fields[field].default

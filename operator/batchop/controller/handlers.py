@@ -14,25 +14,30 @@ cluster. `build_registry` wires it into kopf:
   finalizer, so deleting a BatchedModel never waits for the operator to be running.
 
 Deployments, pods and BatchedModels are kept in kopf indexes (in memory, fed by the watch
-streams), so refreshing status costs no GETs.
+streams), so refreshing status costs no GETs. Status is written through `state.ModelStore`,
+which the tuning loop shares: one lock, one newest copy and one conflict rule per model.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from batchop import metrics
 from batchop.api.constants import (
     ANNOTATION_DELAY,
     ANNOTATION_QUEUE_POLICY,
     LABEL_MODEL,
     PLURAL,
     VERSION,
+    ModelKey,
 )
 from batchop.api.constants import GROUP as API_GROUP
+from batchop.api.errors import SpecError
+from batchop.api.models import parse_batched_model
+from batchop.controller.kube import APIError, NotServed
 from batchop.controller.reconcile import (
     absent_kinds,
     child_action,
@@ -41,18 +46,20 @@ from batchop.controller.reconcile import (
     describe,
     desired_children,
     model_of,
+    slim_model,
     stale_children,
 )
 from batchop.controller.settings import Settings
-from batchop.controller.status import OWNED_CONDITIONS, compute_status, status_differs
+from batchop.controller.state import ModelStore, model_key
+from batchop.controller.status import OWNED_CONDITIONS, compute_status
+from batchop.controller.tuning_loop import TuningLoop
+from batchop.observe.prometheus import PrometheusObserver
+from batchop.render import selector_labels
 
 log = logging.getLogger("batchop.controller")
 
 Poster = Callable[[Mapping[str, Any], str, str, str], None]  # (bm, type, reason, message)
 Lookup = Callable[[str, str], tuple[Mapping[str, Any] | None, list[Mapping[str, Any]]]]
-ModelKey = tuple[str, str]
-
-STATUS_ATTEMPTS = 4
 
 
 class ClusterAPI(Protocol):
@@ -77,35 +84,6 @@ class ClusterAPI(Protocol):
 
 class SpecRefused(Exception):
     """The BatchedModel's spec breaks a rule (the CRD should have refused it): no retry."""
-
-
-def _key(bm: Mapping[str, Any]) -> ModelKey:
-    return str(bm["metadata"]["namespace"]), str(bm["metadata"]["name"])
-
-
-def _version(bm: Mapping[str, Any]) -> str:
-    return str((bm.get("metadata") or {}).get("resourceVersion") or "")
-
-
-def slim_model(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What the handlers need of a BatchedModel (kept in memory for every one)."""
-    meta = body.get("metadata") or {}
-    keep = (
-        "name",
-        "namespace",
-        "uid",
-        "generation",
-        "resourceVersion",
-        "labels",
-        "deletionTimestamp",
-    )
-    return {
-        "apiVersion": body.get("apiVersion", f"{API_GROUP}/{VERSION}"),
-        "kind": body.get("kind", "BatchedModel"),
-        "metadata": {k: meta[k] for k in keep if meta.get(k) is not None},
-        "spec": dict(body.get("spec") or {}),
-        "status": dict(body.get("status") or {}),
-    }
 
 
 def slim_deployment(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,21 +136,18 @@ class Handlers:
         post: Poster,
         lookup: Lookup,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        store: ModelStore | None = None,
     ) -> None:
         self.settings = settings
         self.cluster = cluster
         self.post = post
         self.lookup = lookup
         self.clock = clock
-        self._locks: dict[ModelKey, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        # The lock, newest copy and status writes of each model, shared with the tuning loop.
+        self.store = store if store is not None else ModelStore(cluster)
         self._unserved: set[tuple[ModelKey, str]] = set()
         self._failures: dict[ModelKey, tuple[str, str]] = {}
         self._laggards: dict[ModelKey, tuple[str, str]] = {}
-        # The BatchedModel as the last status write here left it (the API server's answer),
-        # and the resourceVersions known to be older than it: see `_newest`.
-        self._written: dict[ModelKey, dict[str, Any]] = {}
-        self._superseded: dict[ModelKey, frozenset[str]] = {}
 
     # --- BatchedModel ------------------------------------------------------------------------
 
@@ -182,10 +157,7 @@ class Handlers:
         Raises SpecRefused for a spec that breaks a rule, kube.APIError for a failed call
         (after recording it in the Degraded condition).
         """
-        from batchop.api.errors import SpecError
-        from batchop.controller.kube import APIError, NotServed
-
-        key = _key(bm)
+        key = model_key(bm)
         try:
             desired = desired_children(bm, self.settings)
         except SpecError as exc:
@@ -222,7 +194,7 @@ class Handlers:
 
     def _skip_unserved(self, bm: Mapping[str, Any], child: Mapping[str, Any], why: str) -> None:
         """A kind the cluster lacks (PodMonitor without prometheus-operator): warn once, go on."""
-        marker = (_key(bm), str(child["kind"]))
+        marker = (model_key(bm), str(child["kind"]))
         if marker in self._unserved:
             return
         self._unserved.add(marker)
@@ -234,16 +206,16 @@ class Handlers:
         self.post(bm, "Warning", f"{child['kind']}Skipped", message)
 
     def _fail(self, bm: Mapping[str, Any], reason: str, message: str) -> None:
-        self._failures[_key(bm)] = (reason, message)
+        self._failures[model_key(bm)] = (reason, message)
         self.post(bm, "Warning", reason, message)
         try:
             self.refresh_status(bm)
-        except Exception as exc:  # the original failure matters more than this one
+        except APIError as exc:  # the original failure matters more than this one
             log.warning("could not record %s in status: %s", reason, exc)
 
     def set_laggards(self, bm: Mapping[str, Any], delay_us: int, pods: Mapping[str, str]) -> None:
         """Pods the tuner could not bring to `delay_us` (name -> why): Degraded names them."""
-        key = _key(bm)
+        key = model_key(bm)
         entry: tuple[str, str] | None = None
         if pods:
             listed = "; ".join(f"{name} ({why})" for name, why in sorted(pods.items()))
@@ -261,14 +233,11 @@ class Handlers:
 
     def forget(self, bm: Mapping[str, Any]) -> None:
         """Drop per-model memory when a BatchedModel is gone."""
-        key = _key(bm)
+        key = model_key(bm)
         self._failures.pop(key, None)
         self._laggards.pop(key, None)
         self._unserved = {m for m in self._unserved if m[0] != key}
-        with self._locks_guard:
-            self._locks.pop(key, None)
-            self._written.pop(key, None)
-            self._superseded.pop(key, None)
+        self.store.forget(key)
 
     # --- children ----------------------------------------------------------------------------
 
@@ -283,31 +252,31 @@ class Handlers:
             return "none"  # a leftover of an earlier BatchedModel of the same name
         try:
             desired = {child_key(c): c for c in desired_children(bm, self.settings)}
-        except Exception:  # a bad spec is reported by reconcile; nothing to restore from
+        except SpecError as exc:  # reconcile reports it in status; nothing to restore from
+            log.info(
+                "not restoring %s: the BatchedModel's spec is invalid: %s",
+                describe(child_key(child)), exc,
+                extra={"namespace": model_key(bm)[0], "batchedmodel": model_key(bm)[1]},
+            )  # fmt: skip
             return "none"
         action = child_action(event_type, child, desired, str(bm["metadata"].get("uid")))
         key = child_key(child)
         if action == "apply":
-            from batchop.controller.kube import NotServed
-
             try:
                 self.cluster.apply(desired[key])
-            except NotServed:
+            except NotServed as exc:  # reconcile warned about the missing kind once
+                log.debug("not restoring %s: %s", describe(key), exc)
                 return "none"
             what = "deleted" if event_type == "DELETED" else "changed"
             self.post(
                 bm, "Normal", "DriftRestored", f"{describe(key)} was {what}; applied it again"
             )
         elif action == "delete":
-            self.cluster.delete(key[0], key[1], _key(bm)[0], key[2])
+            self.cluster.delete(key[0], key[1], model_key(bm)[0], key[2])
             self.post(bm, "Normal", "Deleted", f"deleted {describe(key)}: no longer needed")
         return action
 
     # --- status ------------------------------------------------------------------------------
-
-    def _lock(self, key: ModelKey) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(key, threading.Lock())
 
     def refresh_status(
         self, bm: Mapping[str, Any], applied: Mapping[str, Any] | None = None
@@ -317,7 +286,7 @@ class Handlers:
         `applied`: the Deployment as reconcile just applied it, for when the index has not
         seen it yet (a new model): status then says what is, not "Deployment missing".
         """
-        key = _key(bm)
+        key = model_key(bm)
 
         def compute(current: Mapping[str, Any]) -> dict[str, Any]:
             deployment, pods = self.lookup(*key)
@@ -332,79 +301,11 @@ class Handlers:
                 self._failures.get(key) or self._laggards.get(key),
             )
 
-        written = self.write_status(bm, compute)
+        written = self.store.write_status(bm, compute)
         if written is not None:
             self._announce(written[0], written[0].get("status") or {}, written[1])
             return written[1]
         return None
-
-    def write_status(
-        self,
-        bm: Mapping[str, Any],
-        compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
-    ) -> tuple[Mapping[str, Any], dict[str, Any]] | None:
-        """Patch the status with `compute(current)` if that changes it.
-
-        Serialised per BatchedModel; a conflict (someone wrote the object since it was read)
-        re-reads it and recomputes, so fields and conditions owned by another writer (the
-        operator's or the tuner's) are never overwritten with a stale copy. Returns the
-        object the patch was computed from and the patch, or None when nothing changed.
-        """
-        from batchop.controller.kube import APIError
-
-        key = _key(bm)
-        with self._lock(key):
-            current: Mapping[str, Any] | None = self._newest(key, bm)
-            seen = {_version(bm)}
-            for _attempt in range(STATUS_ATTEMPTS):
-                if current is None or current["metadata"].get("deletionTimestamp"):
-                    return None
-                seen.add(_version(current))
-                status = compute(current)
-                if status is None or not status_differs(current.get("status"), status):
-                    return None
-                try:
-                    answer = self.cluster.patch_status(
-                        key[0], key[1], status, current["metadata"].get("resourceVersion")
-                    )
-                except APIError as exc:
-                    if exc.status != 409:
-                        raise
-                    current = self.cluster.get_model(*key)
-                    continue
-                self._remember(key, bm, answer, seen)
-                _export_metrics(current, status)
-                return current, dict(status)
-            raise APIError(409, f"status of {key[0]}/{key[1]} kept changing; will retry")
-
-    def _newest(self, key: ModelKey, bm: Mapping[str, Any]) -> Mapping[str, Any]:
-        """`bm`, or the copy the last status write here returned while `bm` is older than it.
-
-        Why: callers pass kopf's copy (the body of an event, or the index), which lags behind
-        the API server by seconds to minutes while many models start. Computed from a copy
-        older than our own last write, the status looks changed, and each event cost a
-        refused patch (409) and a GET. The patch still carries the resourceVersion, so a
-        copy that is not the newest after all costs a conflict, never a lost update.
-        """
-        ours = self._written.get(key)
-        if ours is not None and _version(bm) in self._superseded.get(key, frozenset()):
-            return ours
-        return bm
-
-    def _remember(
-        self, key: ModelKey, bm: Mapping[str, Any], answer: Mapping[str, Any], seen: set[str]
-    ) -> None:
-        """Keep the API server's answer to a status patch as the newest copy of the model."""
-        version = _version(answer) if isinstance(answer, Mapping) else ""
-        if not version or version in seen:
-            self._written.pop(key, None)  # no usable answer: fall back to kopf's copies
-            self._superseded.pop(key, None)
-            return
-        older = set(seen)
-        if _version(bm) in self._superseded.get(key, frozenset()):  # kopf's copy still lags
-            older |= self._superseded[key]
-        self._written[key] = slim_model(answer)
-        self._superseded[key] = frozenset(older - {""})
 
     def _selector(
         self, bm: Mapping[str, Any], deployment: Mapping[str, Any] | None
@@ -413,13 +314,10 @@ class Handlers:
         if labels.get("matchLabels"):
             return dict(labels["matchLabels"])
         try:
-            from batchop.api.models import parse_batched_model
-            from batchop.controller.reconcile import _manifest
-            from batchop.render import selector_labels
-
-            return dict(selector_labels(parse_batched_model(_manifest(bm))))
-        except Exception:
-            return {LABEL_MODEL: _key(bm)[1]}
+            return dict(selector_labels(parse_batched_model(slim_model(bm, status=False))))
+        except SpecError as exc:  # reconcile reports it; the label every child carries will do
+            log.debug("selector of %s/%s from its label: %s", *model_key(bm), exc)
+            return {LABEL_MODEL: model_key(bm)[1]}
 
     def _announce(
         self, bm: Mapping[str, Any], old: Mapping[str, Any], new: Mapping[str, Any]
@@ -486,7 +384,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
             pass
         try:
             cluster.post_event(bm, type_, reason, message)
-        except Exception as exc:
+        except APIError as exc:
             log.warning("event %s %s not posted (%s): %s", type_, reason, exc, message)
 
     def lookup(namespace: str, name: str) -> tuple[Any, list[Any]]:
@@ -525,9 +423,6 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     @kopf.on.startup(registry=registry)
     def start_tuning(**kwargs: Any) -> None:
         """One operator-wide tuning thread (no per-object timers: they add finalizers)."""
-        from batchop.controller.tuning_loop import TuningLoop
-        from batchop.observe.prometheus import PrometheusObserver
-
         remember(**kwargs)
         loop = TuningLoop(
             logic,
@@ -548,8 +443,6 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     @kopf.on.update(API_GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
     @kopf.on.resume(API_GROUP, VERSION, PLURAL, registry=registry, id="reconcile")
     def reconcile(body: Any, reason: str, **kwargs: Any) -> None:
-        from batchop.controller.kube import APIError
-
         remember(**kwargs)
         bm = slim_model(body)
         try:
@@ -557,7 +450,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
         except SpecRefused as exc:
             raise kopf.PermanentError(str(exc)) from None
         except APIError as exc:
-            _record_error(bm, "apply")
+            metrics.record_reconcile_error(*model_key(bm), "apply")
             if exc.retryable:
                 raise kopf.TemporaryError(str(exc), delay=5) from None
             raise kopf.TemporaryError(str(exc), delay=30) from None
@@ -569,11 +462,9 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     async def model_gone(type: str, body: Any, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
         if type == "DELETED":
             logic.forget(slim_model(body))
-            _forget_metrics(slim_model(body))
+            metrics.forget(*model_key(body))
 
     def on_child(type: str, body: Any, **kwargs: Any) -> None:  # noqa: A002
-        from batchop.controller.kube import APIError
-
         remember(**kwargs)
         owner = controller_of(body) or model_of(body)
         if owner is None:
@@ -584,7 +475,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
             if bm is not None and body.get("kind") == "Deployment":
                 logic.refresh_status(bm)
         except APIError as exc:
-            _record_error(bm or {}, "child")
+            metrics.record_reconcile_error(*owner[:2], "child")
             log.warning(
                 "handling %s %s failed: %s", body.get("kind"), body["metadata"]["name"], exc
             )
@@ -596,8 +487,6 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
 
     @kopf.on.event("", "v1", "pods", labels=present, registry=registry, id="watch-pods")
     def on_pod(body: Any, **kwargs: Any) -> None:
-        from batchop.controller.kube import APIError
-
         remember(**kwargs)
         found = model_of(body)
         bm = _first(kwargs["batchedmodels"], found) if found else None
@@ -606,37 +495,10 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
         try:
             logic.refresh_status(bm)
         except APIError as exc:
-            _record_error(bm, "status")
+            metrics.record_reconcile_error(*found, "status")
             log.warning("status of %s/%s not written: %s", found[0], found[1], exc)
 
     return registry
-
-
-def _record_error(bm: Mapping[str, Any], stage: str) -> None:
-    meta = bm.get("metadata") or {}
-    try:
-        from batchop.metrics import record_reconcile_error
-    except ImportError:
-        return
-    record_reconcile_error(str(meta.get("namespace", "")), str(meta.get("name", "")), stage)
-
-
-def _export_metrics(bm: Mapping[str, Any], status: Mapping[str, Any]) -> None:
-    """Mirror the status just written (conditions, replicas, delays) in the operator's
-    metrics: alerts on `batchop_condition` need every condition change exported."""
-    try:
-        from batchop.metrics import observe_model
-    except ImportError:
-        return
-    observe_model({**bm, "status": {**(bm.get("status") or {}), **status}})
-
-
-def _forget_metrics(bm: Mapping[str, Any]) -> None:
-    try:
-        from batchop.metrics import forget
-    except ImportError:
-        return
-    forget(str(bm["metadata"].get("namespace", "")), str(bm["metadata"].get("name", "")))
 
 
 def models_in(index: Any) -> Iterable[Mapping[str, Any]]:

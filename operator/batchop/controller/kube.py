@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from batchop.api.constants import API_VERSION, LABEL_MODEL, MANAGER, PLURAL
+from batchop.api.constants import API_VERSION, MANAGER, PLURAL
 from batchop.controller.reconcile import resource_path
 
 
@@ -159,22 +159,6 @@ class Cluster:
             if exc.status == 404:
                 return None
             raise
-
-    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self._call("GET", resource_path("apps/v1", "Deployment", namespace, name))
-        except APIError as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def list_pods(self, namespace: str, bm_name: str) -> list[dict[str, Any]]:
-        listing = self._call(
-            "GET",
-            f"/api/v1/namespaces/{namespace}/pods",
-            query=[("labelSelector", f"{LABEL_MODEL}={bm_name}")],
-        )
-        return list(listing.get("items", []))
 
     def post_event(self, bm: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """A core/v1 Event about a BatchedModel (for threads outside kopf's handlers)."""

@@ -100,7 +100,7 @@ def desired_children(bm: Mapping[str, Any], settings: Any) -> list[dict[str, Any
     from batchop.api.models import parse_batched_model
     from batchop.render import render_children
 
-    model = parse_batched_model(_manifest(bm))
+    model = parse_batched_model(slim_model(bm, status=False))
     children = render_children(model, render_options(settings), tuned_replicas(bm))
     return [owned(child, bm) for child in children]
 
@@ -137,16 +137,35 @@ def render_options(settings: Any) -> Any:
     return RenderOptions(pod_monitor=pod_monitor)
 
 
-def _manifest(bm: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a stored BatchedModel the API models read (no managedFields, no status)."""
-    meta = bm.get("metadata") or {}
-    keep = ("name", "namespace", "uid", "generation", "resourceVersion", "labels", "annotations")
-    return {
-        "apiVersion": bm.get("apiVersion", API_VERSION),
-        "kind": bm.get("kind", KIND),
-        "metadata": {k: meta[k] for k in keep if meta.get(k) is not None},
-        "spec": dict(bm.get("spec") or {}),
+# What the operator keeps of a BatchedModel's metadata. Not the annotations: kopf's
+# last-handled configuration there is a copy of the whole spec, for every model in memory.
+MODEL_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "generation",
+    "resourceVersion",
+    "labels",
+    "deletionTimestamp",
+)
+
+
+def slim_model(body: Mapping[str, Any], *, status: bool = True) -> dict[str, Any]:
+    """What the operator reads of a stored BatchedModel (kept in memory for every one).
+
+    No managedFields, no annotations; `status=False` leaves the status out too, for the API
+    models (status is the API server's record, not input to rendering).
+    """
+    meta = body.get("metadata") or {}
+    out: dict[str, Any] = {
+        "apiVersion": body.get("apiVersion", API_VERSION),
+        "kind": body.get("kind", KIND),
+        "metadata": {k: meta[k] for k in MODEL_METADATA if meta.get(k) is not None},
+        "spec": dict(body.get("spec") or {}),
     }
+    if status:
+        out["status"] = dict(body.get("status") or {})
+    return out
 
 
 def absent_kinds(desired: Iterable[Mapping[str, Any]], name: str) -> list[ChildKey]:

@@ -25,12 +25,14 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from batchop.api.constants import ANNOTATION_DELAY, ANNOTATION_QUEUE_POLICY
+from batchop import metrics
+from batchop.act.triton_reload import ReloadError, ReloadResult, set_queue_delay
+from batchop.api.constants import ANNOTATION_DELAY, ANNOTATION_QUEUE_POLICY, ModelKey
 from batchop.api.tuning_spec import manifest_tuning_spec
 from batchop.controller.autotune import (
     applied_delay,
@@ -42,14 +44,20 @@ from batchop.controller.autotune import (
     tuner_status,
     tunes,
 )
-from batchop.controller.handlers import Handlers
+from batchop.controller.kube import APIError
+from batchop.controller.state import ModelStore, model_key
+from batchop.observe.prometheus import (
+    PrometheusObserver,
+    PrometheusUnavailable,
+    build_observation,
+)
+from batchop.tuning import decide as policy_decide
 from batchop.tuning.forecast import HISTORY_S as FORECAST_HISTORY_S
 from batchop.tuning.overload import QueuePolicy
 from batchop.tuning.types import TuningState
 
 log = logging.getLogger("batchop.tuning")
 
-ModelKey = tuple[str, str]
 BACKOFF_S = (5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0)
 
 
@@ -60,40 +68,55 @@ class _Retry:
     reason: str
 
 
+class Operator(Protocol):
+    """What the loop asks of the operator's handlers (controller.handlers.Handlers): passed
+    in, so that neither module imports the other."""
+
+    store: ModelStore
+
+    def lookup(
+        self, namespace: str, name: str
+    ) -> tuple[Mapping[str, Any] | None, Sequence[Mapping[str, Any]]]: ...
+
+    def post(self, bm: Mapping[str, Any], type_: str, reason: str, message: str) -> None: ...
+
+    def reconcile(self, bm: Mapping[str, Any]) -> list[str]: ...
+
+    def set_laggards(
+        self, bm: Mapping[str, Any], delay_us: int, pods: Mapping[str, str]
+    ) -> None: ...
+
+
 class TuningLoop:
     """Ticks every `poll_s`; each model is tuned every `spec.autotune.intervalSeconds`."""
 
     def __init__(
         self,
-        handlers: Handlers,
+        handlers: Operator,
         cluster: Any,
         models: Callable[[], Iterable[Mapping[str, Any]]],
         prometheus_url: str,
         *,
         observer_factory: Callable[[str], Any] | None = None,
-        reload: Callable[[str, str, int, QueuePolicy], Any] | None = None,
+        reload: Callable[[str, str, int, QueuePolicy], ReloadResult] | None = None,
         decide: Callable[..., Any] | None = None,
         clock: Callable[[], float] = time.time,
         poll_s: float = 5.0,
     ) -> None:
         self.handlers = handlers
+        self.store = handlers.store
         self.cluster = cluster
         self.models = models
         self.prometheus_url = prometheus_url
-        self.observer_factory = observer_factory or _prometheus_observer
+        self.observer_factory = observer_factory or PrometheusObserver
         self.reload = reload or _reload
-        self.decide = decide or _decide
+        self.decide = decide or policy_decide
         self.clock = clock
         self.poll_s = poll_s
         self.states: dict[ModelKey, TuningState] = {}
         self.last_tuned: dict[ModelKey, float] = {}
         self.retries: dict[tuple[ModelKey, str], _Retry] = {}
         self._observers: dict[str, Any] = {}
-        # The model as this loop last wrote it: the index may not show our write yet.
-        self.written: dict[ModelKey, Mapping[str, Any]] = {}
-        # resourceVersions older than `written` (what the index showed, what the write was
-        # computed from): while the index shows one of them, `written` is the current copy.
-        self.superseded: dict[ModelKey, frozenset[str]] = {}
         self.hold_kind: dict[ModelKey, str] = {}  # what the last logged hold was about
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -123,64 +146,46 @@ class TuningLoop:
         live = [
             bm for bm in self.models() if tunes(bm) and not bm["metadata"].get("deletionTimestamp")
         ]
-        keys = {_key(bm) for bm in live}
-        for gone in (set(self.states) | set(self.written)) - keys:  # deleted: forget quietly
+        keys = {model_key(bm) for bm in live}
+        remembered = set(self.states) | set(self.last_tuned) | {k[0] for k in self.retries}
+        for gone in remembered - keys:  # deleted or no longer tuned: forget quietly
             self.states.pop(gone, None)
             self.last_tuned.pop(gone, None)
-            self.written.pop(gone, None)
-            self.superseded.pop(gone, None)
             self.hold_kind.pop(gone, None)
             for stale in [k for k in self.retries if k[0] == gone]:
                 self.retries.pop(stale)
         due: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for bm in live:
-            if now - self.last_tuned.get(_key(bm), -1e18) >= interval_s(bm):
+            if now - self.last_tuned.get(model_key(bm), -1e18) >= interval_s(bm):
                 url = ((bm.get("spec") or {}).get("autotune") or {}).get("prometheusUrl")
                 due[url or self.prometheus_url].append(bm)
-        with _timed_tick():
+        with metrics.time_tick():
             for url, models in due.items():
                 history_s = FORECAST_HISTORY_S if any(_forecast(bm) for bm in models) else 0.0
                 parts, missing = self._observe(url, history_s)
                 for bm in models:
-                    self.last_tuned[_key(bm)] = now
+                    key = model_key(bm)
+                    self.last_tuned[key] = now
                     try:
                         self._tune(bm, parts, missing, now)
-                    except Exception as exc:
-                        _record_error(bm, "tune")
-                        log.warning("tuning %s/%s failed: %s", *_key(bm), exc)
+                    except APIError as exc:  # the next interval tries again
+                        metrics.record_reconcile_error(*key, "tune")
+                        log.warning("tuning %s/%s failed: %s", *key, exc)
+                    except Exception:  # a bug: logged with its trace; the other models go on
+                        metrics.record_reconcile_error(*key, "tune")
+                        log.exception("tuning %s/%s failed", *key)
         for bm in live:
-            self._converge_delay(self._newest(bm), now)
-
-    def _newest(self, bm: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The index's copy or the one this loop wrote, whichever has the later decision."""
-        ours = self.written.get(_key(bm))
-        if ours is None:
-            return bm
-
-        def decided(m: Mapping[str, Any]) -> str:
-            return str(((m.get("status") or {}).get("lastDecision") or {}).get("time") or "")
-
-        return ours if decided(ours) > decided(bm) else bm
-
-    def _current(self, bm: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The index's copy, or the one this loop wrote while the index has not caught up.
-
-        Why: the index lags behind the API server (by tens of seconds with 1,000 models and
-        their watch events queued). Computed from a copy older than our own last write, the
-        status looks changed every tick, and each model costs a refused patch (409) and a
-        GET per tick, which adds load and lag: the tick's cost grew faster than N.
-        A status change still goes through the resourceVersion check, so a copy that is
-        not the newest after all costs a conflict and a re-read, never a lost update.
-        """
-        key = _key(bm)
-        ours = self.written.get(key)
-        if ours is not None and _version(bm) in self.superseded.get(key, frozenset()):
-            return ours
-        return bm
+            key = model_key(bm)
+            try:
+                self._converge_delay(bm, now)
+            except APIError as exc:  # recording the laggards failed: the next tick retries
+                metrics.record_reconcile_error(*key, "reload")
+                log.warning("delay of %s/%s not converged: %s", *key, exc)
+            except Exception:  # a bug: logged with its trace; the other models go on
+                metrics.record_reconcile_error(*key, "reload")
+                log.exception("delay of %s/%s not converged", *key)
 
     def _observe(self, url: str, history_s: float = 0.0) -> tuple[dict[ModelKey, Any], str | None]:
-        from batchop.observe.prometheus import PrometheusUnavailable
-
         observer = self._observers.get(url)
         if observer is None:
             observer = self._observers[url] = self.observer_factory(url)
@@ -192,13 +197,15 @@ class TuningLoop:
             return {}, f"Prometheus unavailable: {exc}"
 
     def _tune(
-        self, bm: Mapping[str, Any], parts: Mapping[ModelKey, Any], missing: str | None, now: float
+        self,
+        indexed: Mapping[str, Any],
+        parts: Mapping[ModelKey, Any],
+        missing: str | None,
+        now: float,
     ) -> None:
-        from batchop.observe.prometheus import build_observation
-
-        key = _key(bm)
-        indexed = _version(bm)
-        bm = self._current(bm)
+        """Observe, decide and record one model (`indexed`: the index's copy of it)."""
+        key = model_key(indexed)
+        bm = self.store.newest(indexed)
         spec = manifest_tuning_spec(bm)
         deployment, pods = self.handlers.lookup(*key)
         dep_spec = (deployment or {}).get("spec") or {}
@@ -224,17 +231,19 @@ class TuningLoop:
         when = datetime.fromtimestamp(now, UTC)
         applied = applied_delay(pods)
 
-        written = self.handlers.write_status(
-            bm, lambda current: tuner_status(current, obs, spec, decision, when, missing, applied)
+        # The index's copy goes in: the store then knows its resourceVersion is older.
+        written = self.store.write_status(
+            indexed,
+            lambda current: tuner_status(current, obs, spec, decision, when, missing, applied),
         )
-        if written is not None:
-            base, patch = written
-            self.written[key] = {**base, "status": {**(base.get("status") or {}), **patch}}
-            older = {indexed, _version(base), _version(bm)}
-            if indexed in self.superseded.get(key, frozenset()):  # the index still lags
-                older |= self.superseded[key]
-            self.superseded[key] = frozenset(older - {""})
-        _set_state(key, applied, decision, obs, spec.slo_ms)
+        metrics.set_state(
+            *key,
+            applied_delay_us=applied,
+            desired_delay_us=decision.delay_us,
+            desired_replicas=decision.replicas,
+            ready_replicas=obs.ready_replicas,
+            slo_ms=spec.slo_ms,
+        )
         if not decision.changes(obs):
             # A hold is logged when its kind changes (the figures in it change every tick).
             about = decision.reason.split(":")[0]
@@ -245,49 +254,60 @@ class TuningLoop:
         self.hold_kind.pop(key, None)
         log.info("%s/%s: %s", *key, decision.reason)
         self.handlers.post(bm, "Normal", "Tuned", f"{decision.kind}: {decision.reason}")
-        _record_decision(key, decision.kind, decision.reason, now)
-        if decision.replicas != obs.replicas and key in self.written:
-            self.handlers.reconcile(self.written[key])
+        metrics.record_decision(*key, decision.kind, decision.reason, now)
+        if decision.replicas != obs.replicas and written is not None:
+            base, patch = written  # the Deployment is rendered from the recorded decision
+            self.handlers.reconcile({**base, "status": {**(base.get("status") or {}), **patch}})
 
-    def _converge_delay(self, bm: Mapping[str, Any], now: float) -> None:
+    def _converge_delay(self, indexed: Mapping[str, Any], now: float) -> None:
         """Reload every ready pod that does not run the recorded delay and the spec's
-        queue policy yet."""
-        key = _key(bm)
+        queue policy yet; record the protocol the reloads went over."""
+        bm = self.store.newest(indexed)
+        key = model_key(bm)
         delay = desired_delay(bm)
         policy = desired_queue_policy(bm)
         model = str(((bm.get("spec") or {}).get("model") or {}).get("name"))
         _, pods = self.handlers.lookup(*key)
         lagging = [str(p["metadata"]["name"]) for p in pods_to_reload(pods, delay, policy)]
         by_name = {str(p["metadata"]["name"]): p for p in pods}
+        protocols: set[str] = set()
         for name in lagging:
             retry = self.retries.get((key, name))
             if retry is not None and now < retry.next_try_s:
                 continue
             try:
-                self.reload(triton_url(by_name[name]), model, delay, policy)
+                result = self.reload(triton_url(by_name[name]), model, delay, policy)
                 self.cluster.annotate_pod(
                     key[0],
                     name,
                     {ANNOTATION_DELAY: str(delay), ANNOTATION_QUEUE_POLICY: policy.annotation()},
                 )
-            except Exception as exc:
+            except (ReloadError, APIError, OSError) as exc:  # Triton's or the API's refusal
                 failures = 1 if retry is None else retry.failures + 1
                 wait = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1]
                 self.retries[(key, name)] = _Retry(failures, now + wait, str(exc))
+                message = (
+                    f"pod {name}: delay {delay} us not applied (queue policy "
+                    f"{policy.annotation()}): {exc}; retrying"
+                )
                 if failures == 1:
-                    self.handlers.post(
-                        bm, "Warning", "ReloadFailed",
-                        f"pod {name}: delay {delay} us not applied (queue policy "
-                        f"{policy.annotation()}): {exc}; retrying",
-                    )  # fmt: skip
-                _record_error(bm, "reload")
+                    self.handlers.post(bm, "Warning", "ReloadFailed", message)
+                log.log(logging.WARNING if failures == 1 else logging.DEBUG,
+                        "%s/%s: %s (attempt %d)", *key, message, failures)  # fmt: skip
+                metrics.record_reconcile_error(*key, "reload")
                 continue
             self.retries.pop((key, name), None)
+            protocols.add(result.via)
+            metrics.record_reload(*key, result.via)
+        if protocols:
+            # "http" when any pod needed the fallback: that one stalls requests (see act).
+            used = "http" if "http" in protocols else "grpc"
+            self.store.write_status(indexed, lambda _current: {"reloadProtocol": used})
         # Pods that caught up or went away are no longer retried; the rest are the laggards.
         for stale in [k for k in self.retries if k[0] == key and k[1] not in lagging]:
             self.retries.pop(stale)
         failing = {k[1]: r.reason for k, r in self.retries.items() if k[0] == key}
-        self.handlers.set_laggards(bm, delay, failing)
+        self.handlers.set_laggards(indexed, delay, failing)
 
 
 def _forecast(bm: Mapping[str, Any]) -> bool:
@@ -295,63 +315,5 @@ def _forecast(bm: Mapping[str, Any]) -> bool:
     return ((bm.get("spec") or {}).get("autotune") or {}).get("forecast") is True
 
 
-def _key(bm: Mapping[str, Any]) -> ModelKey:
-    return str(bm["metadata"]["namespace"]), str(bm["metadata"]["name"])
-
-
-def _version(bm: Mapping[str, Any]) -> str:
-    return str((bm.get("metadata") or {}).get("resourceVersion") or "")
-
-
-def _prometheus_observer(url: str) -> Any:
-    from batchop.observe.prometheus import PrometheusObserver
-
-    return PrometheusObserver(url)
-
-
-def _decide(obs: Any, spec: Any, state: TuningState) -> Any:
-    from batchop.tuning import decide
-
-    return decide(obs, spec, state)
-
-
-def _reload(url: str, model: str, delay_us: int, policy: QueuePolicy) -> Any:
-    from batchop.act.triton_reload import set_queue_delay
-
+def _reload(url: str, model: str, delay_us: int, policy: QueuePolicy) -> ReloadResult:
     return asyncio.run(set_queue_delay(url, model, delay_us, queue_policy=policy))
-
-
-def _timed_tick() -> Any:
-    try:
-        from batchop.metrics import time_tick
-    except ImportError:  # pragma: no cover - metrics is part of the package
-        from contextlib import nullcontext
-
-        return nullcontext()
-    return time_tick()
-
-
-def _record_error(bm: Mapping[str, Any], stage: str) -> None:
-    from batchop.metrics import record_reconcile_error
-
-    record_reconcile_error(*_key(bm), stage)
-
-
-def _record_decision(key: ModelKey, kind: str, reason: str, when: float) -> None:
-    from batchop.metrics import record_decision
-
-    record_decision(key[0], key[1], kind, reason, when)
-
-
-def _set_state(key: ModelKey, applied: int | None, decision: Any, obs: Any, slo: float) -> None:
-    from batchop.metrics import set_state
-
-    set_state(
-        key[0],
-        key[1],
-        applied_delay_us=applied,
-        desired_delay_us=decision.delay_us,
-        desired_replicas=decision.replicas,
-        ready_replicas=obs.ready_replicas,
-        slo_ms=slo,
-    )

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from batchop.api.constants import LABEL_MODEL, PROM_LABEL_MODEL
+from batchop.api.constants import LABEL_MODEL, PROM_LABEL_MODEL, ModelKey
 from batchop.tuning.types import Observation
 
 # The pod label naming a pod's BatchedModel, and the Prometheus label it becomes. The local
@@ -26,7 +26,6 @@ POD_LABEL = LABEL_MODEL
 BM_LABEL = PROM_LABEL_MODEL
 GROUP = f"namespace, {BM_LABEL}"
 
-Key = tuple[str, str]  # (namespace, BatchedModel name)
 
 
 # What arrives: served requests and those the queue policy refused (success carries no
@@ -93,12 +92,12 @@ def build_queries(window: str = "1m") -> dict[str, str]:
     }
 
 
-def parse_vector(result: list[dict[str, Any]]) -> dict[Key, float | None]:
+def parse_vector(result: list[dict[str, Any]]) -> dict[ModelKey, float | None]:
     """Map an instant-vector reply to {(namespace, name): value}; NaN/Inf become None. Pure.
 
     Series without both labels are ignored (they are not a BatchedModel's).
     """
-    out: dict[Key, float | None] = {}
+    out: dict[ModelKey, float | None] = {}
     for series in result:
         metric = series.get("metric", {})
         ns, name = metric.get("namespace"), metric.get(BM_LABEL)
@@ -136,15 +135,17 @@ class ObservationParts:
 PART_NAMES = ("rps", "avg_batch", "queue_ms", "compute_ms", "p99_ms", "pending")
 
 
-def assemble(per_metric: dict[str, dict[Key, float | None]]) -> dict[Key, ObservationParts]:
+def assemble(
+    per_metric: dict[str, dict[ModelKey, float | None]],
+) -> dict[ModelKey, ObservationParts]:
     """Combine per-metric results into parts per BatchedModel. Pure.
 
     A BatchedModel appears if any metric names it; parts it lacks are listed in `missing`.
     """
-    keys: set[Key] = set()
+    keys: set[ModelKey] = set()
     for values in per_metric.values():
         keys.update(values)
-    out: dict[Key, ObservationParts] = {}
+    out: dict[ModelKey, ObservationParts] = {}
     for key in sorted(keys):
         values = {name: per_metric.get(name, {}).get(key) for name in PART_NAMES}
         missing = tuple(name for name in PART_NAMES if values[name] is None)
@@ -232,14 +233,14 @@ class PrometheusObserver:
         except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
             raise PrometheusUnavailable(f"prometheus at {self.url}: {exc}") from exc
 
-    def observe(self, history_s: float = 0.0) -> dict[Key, ObservationParts]:
+    def observe(self, history_s: float = 0.0) -> dict[ModelKey, ObservationParts]:
         """One query per metric, each timed (and counted when it fails) in the operator's
         metrics under its part name, so the dashboard shows how slow Prometheus is. With
         `history_s`, one range query more brings every model's recent arrival rate (for the
         forecast): the tick's cost stays bounded whatever the number of models."""
         from batchop.metrics import time_query
 
-        per_metric: dict[str, dict[Key, float | None]] = {}
+        per_metric: dict[str, dict[ModelKey, float | None]] = {}
         for name, promql in self.queries.items():
             with time_query(name):
                 per_metric[name] = parse_vector(self.query(promql))
@@ -281,10 +282,10 @@ def history_query(window: str) -> str:
     return f"sum by ({GROUP}) (rate({ARRIVALS}[{window}]))"
 
 
-def parse_matrix(result: list[dict[str, Any]]) -> dict[Key, tuple[tuple[float, float], ...]]:
+def parse_matrix(result: list[dict[str, Any]]) -> dict[ModelKey, tuple[tuple[float, float], ...]]:
     """Map a range-query reply to {(namespace, name): ((t, value), ...)}, finite values
     only, oldest first. Pure."""
-    out: dict[Key, tuple[tuple[float, float], ...]] = {}
+    out: dict[ModelKey, tuple[tuple[float, float], ...]] = {}
     for series in result:
         metric = series.get("metric", {})
         ns, name = metric.get("namespace"), metric.get(BM_LABEL)

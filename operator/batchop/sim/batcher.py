@@ -124,10 +124,6 @@ class Replica:
     def ready_at(self, t: float) -> bool:
         return self.ready_s <= t and (self.removed_s is None or self.removed_s > t)
 
-    @property
-    def idle_at(self) -> float:
-        return max(self.free)
-
 
 def advance(
     rep: Replica,
