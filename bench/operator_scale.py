@@ -218,6 +218,7 @@ def run_one(
     n: int,
     scrape_interval: float,
     profile: Path | None,
+    workers: int,
     window: float,
     stall: float,
     settle: float,
@@ -245,7 +246,7 @@ def run_one(
         waited = wait_for_series(prom.url, models, timeout_s=120 + 10 * scrape_interval)
         print(f"  N={n}: Prometheus has every part for all {n} models ({waited:.0f} s)")
         limits = (window, stall, settle, tolerance, max_windows)
-        return measure_operator(cluster, ns, n, prom, exporter, profile, *limits)
+        return measure_operator(cluster, ns, n, prom, exporter, profile, workers, *limits)
     finally:
         prom.stop()
         exporter.stop()
@@ -258,6 +259,7 @@ def measure_operator(
     prom: PrometheusServer,
     exporter: SyntheticTritonExporter,
     profile: Path | None,
+    workers: int,
     window: float,
     stall: float,
     settle: float,
@@ -273,7 +275,7 @@ def measure_operator(
         "--liveness", f"http://127.0.0.1:{live}/healthz",
         "--metrics-address", f"127.0.0.1:{metrics}",
         "--prometheus-url", prom.url,
-        "--no-pod-monitor", "--log-format", "plain",
+        "--no-pod-monitor", "--log-format", "plain", "--workers", str(workers),
     ]  # fmt: skip
     row: dict[str, Any] = {"n": n, "cold_s": None, "cold_99_s": None, "stuck": 0}
     calls0 = api_calls(cluster)
@@ -493,12 +495,14 @@ def write_results(
     settle: float,
     tolerance: float,
     scrape_interval: float,
+    workers: int,
 ) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         "# Operator scale (bench/operator_scale.py)\n\n"
         f"{provenance.finish().markdown()}\n"
-        "One `batchop run`, 8 handler threads; models at 0 replicas with queue-delay tuning "
+        f"One `batchop run`, {workers} handler threads (`--workers`); models at 0 replicas "
+        "with queue-delay tuning "
         "every 5 s. Prometheus is real (the local stack's, Debian's build), scraping every "
         f"{scrape_interval:g} s, and answers the observer's real PromQL; its N scrape targets "
         "are one synthetic exporter standing in for N Triton pods (bench/synthetic_triton.py: "
@@ -548,6 +552,7 @@ def main() -> int:
         "--profile", type=Path, default=None, help="record the cold phase with py-spy into "
         "this directory (cold-N.txt, collapsed stacks)",
     )  # fmt: skip
+    ap.add_argument("--workers", type=int, default=8, help="the operator's --workers")
     ap.add_argument("--name", default="batchop-scale", help="local cluster name")
     ap.add_argument("--keep-cluster", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS, help="Markdown result file")
@@ -562,10 +567,11 @@ def main() -> int:
         )
         for n in args.models:
             limits = (args.window, args.stall, args.settle, args.tolerance, args.max_windows)
-            rows.append(run_one(cluster, n, args.scrape_interval, args.profile, *limits))
+            options = (args.scrape_interval, args.profile, args.workers)
+            rows.append(run_one(cluster, n, *options, *limits))
             write_results(
                 args.out, provenance, rows, args.window, args.settle, args.tolerance,
-                args.scrape_interval,
+                args.scrape_interval, args.workers,
             )  # fmt: skip
     finally:
         if not args.keep_cluster:

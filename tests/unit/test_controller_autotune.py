@@ -4,6 +4,7 @@ holds when Prometheus is away (pure parts, and the loop against the in-memory st
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from batchop.controller.autotune import (
     applied_delay,
     desired_delay,
     pods_to_reload,
+    steady_metrics,
     tuner_status,
 )
 from batchop.controller.reconcile import slim_model
@@ -369,6 +371,45 @@ def test_an_index_that_lags_behind_the_tuners_write_costs_no_api_call() -> None:
     status = h.w.cluster.model["status"]
     assert status["metrics"]["p99LatencyMilliseconds"] == 30.0
     assert {"Ready", "SLOMet", "MetricsAvailable"} <= {c["type"] for c in status["conditions"]}
+
+
+def test_steady_metrics_keeps_stored_figures_that_barely_moved() -> None:
+    stored = {"requestsPerSecond": 100.0, "p99LatencyMilliseconds": 20.0, "queueMilliseconds": 0.0}
+    fresh = {"requestsPerSecond": 103.0, "p99LatencyMilliseconds": 25.0,
+             "queueMilliseconds": 0.004, "rejectedPerSecond": 1.0}  # fmt: skip
+    assert steady_metrics(stored, fresh) == {
+        "requestsPerSecond": 100.0,  # 3% moved: kept
+        "p99LatencyMilliseconds": 25.0,  # 25% moved: written
+        "queueMilliseconds": 0.0,  # within the absolute floor
+        "rejectedPerSecond": 1.0,  # new
+    }
+    assert steady_metrics(stored, {"requestsPerSecond": None}) == {"requestsPerSecond": None}
+    assert steady_metrics(None, fresh) == fresh
+
+
+def test_figures_that_jitter_every_tick_cost_no_status_write() -> None:
+    """A real Prometheus's rates and ages move a little every tick; at 1,000 models a status
+    patch per model per tick made a tick 29 s long and 10 s of CPU. Jitter within the
+    dead-band writes nothing; a real move (and the SLO condition) still lands."""
+    h = Harness(busy(p99_ms=12.0), decide=hold)
+    for _ in range(2):  # metrics and conditions, then the delay the pod now runs
+        h.loop.tick()
+        h.now += 60
+    writes = h.w.cluster.writes.count("status")
+    for i, (rps, p99, age) in enumerate([(401.7, 12.2, 1.0), (398.9, 11.9, 14.0), (404, 12, 7)]):
+        h.observer.parts[("ml", "cpu-demo")] = replace(
+            busy(p99_ms=p99, rps=rps), age_s=age, rejected_rps=2.5 + i / 100
+        )
+        h.loop.tick()
+        h.now += 60
+    assert h.w.cluster.writes.count("status") == writes
+    assert h.w.cluster.model["status"]["metrics"]["requestsPerSecond"] == 400.0
+    h.observer.parts[("ml", "cpu-demo")] = busy(p99_ms=900.0, rps=460.0)
+    h.loop.tick()
+    assert h.w.cluster.writes.count("status") == writes + 1
+    assert h.w.cluster.model["status"]["metrics"]["requestsPerSecond"] == 460.0
+    assert h.conditions()["SLOMet"]["status"] == "False"
+    assert "900.0 ms" in h.conditions()["SLOMet"]["message"]
 
 
 def test_last_decision_records_its_kind_and_prediction() -> None:

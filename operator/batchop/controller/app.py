@@ -86,7 +86,7 @@ def run(settings: Settings) -> int:
     from batchop.controller.kube import Cluster, make_api_client
 
     try:
-        cluster = Cluster(make_api_client(settings.kubeconfig))
+        cluster = Cluster(make_api_client(settings.kubeconfig, settings.workers + 2))
     except Exception as exc:  # kubernetes.config.ConfigException and file errors
         where = settings.kubeconfig or "in-cluster service account, then ~/.kube/config"
         print(f"batchop run: cannot configure the Kubernetes client ({where}): {exc}",

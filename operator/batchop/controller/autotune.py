@@ -21,6 +21,7 @@ from batchop.api.models import AutotuneSpec, BatchingSpec
 from batchop.api.tuning_spec import manifest_tuning_spec
 from batchop.controller.status import Condition, format_time, merge_conditions
 from batchop.tuning.overload import QueuePolicy, queue_policy
+from batchop.tuning.policy import STALE_INTERVALS
 from batchop.tuning.types import Decision, Observation, TuningSpec
 
 
@@ -137,9 +138,17 @@ def _round(x: float | None, digits: int = 2) -> float | None:
 
 
 def tuner_conditions(
-    obs: Observation, spec: TuningSpec, missing_reason: str | None
+    obs: Observation,
+    spec: TuningSpec,
+    missing_reason: str | None,
+    shown_p99_ms: float | None = None,
 ) -> list[Condition]:
-    """SLOMet and MetricsAvailable from one tick's observation."""
+    """SLOMet and MetricsAvailable from one tick's observation.
+
+    The messages carry no figure that moves every tick (a moved message is a status patch):
+    the sample age is stated as its bound, the p99 as `shown_p99_ms` (status.metrics' figure,
+    see `steady_metrics`) when given. SLOMet's status itself follows the exact p99.
+    """
     if missing_reason is not None or obs.p99_ms is None:
         why = missing_reason or "no p99 series for this model"
         return [
@@ -147,20 +156,55 @@ def tuner_conditions(
             Condition("SLOMet", "Unknown", "NoMetrics", "p99 unknown: " + why),
         ]
     met = obs.p99_ms <= spec.slo_ms
+    shown = obs.p99_ms if shown_p99_ms is None else shown_p99_ms
     return [
         Condition(
             "MetricsAvailable",
             "True",
             "MetricsFresh",
-            f"Prometheus data {obs.age_s:.0f} s old",
+            f"Prometheus data at most {STALE_INTERVALS * spec.interval_s:g} s old",
         ),
         Condition(
             "SLOMet",
             "True" if met else "False",
             "WithinSLO" if met else "OverSLO",
-            f"p99 {obs.p99_ms:.1f} ms {'<=' if met else '>'} SLO {spec.slo_ms:g} ms",
+            f"p99 {shown:.1f} ms {'<=' if met else '>'} SLO {spec.slo_ms:g} ms",
         ),
     ]
+
+
+# How far a figure in status.metrics must move before the tuner rewrites it (relative, with an
+# absolute floor for figures near zero). See `steady_metrics`.
+METRICS_DEADBAND = 0.05
+METRICS_FLOOR = 0.01
+
+
+def steady_metrics(
+    stored: Mapping[str, Any] | None, fresh: Mapping[str, float | None]
+) -> dict[str, float | None]:
+    """`fresh`, except that a figure within METRICS_DEADBAND of the stored one keeps the stored
+    value. Pure.
+
+    Why: rates from a real Prometheus move in their last digits every tick, and a status whose
+    figures moved is a status patch. At 1,000 models that was 1,000 patches (and as many watch
+    events back) per 5 s tick: 10 s of operator CPU per tick, ticks 29 s long. The figures in
+    status are for people (`kubectl get bm`); the operator's /metrics carry every tick's exact
+    figures, and the policy decides from the observation, never from status.
+    """
+    stored = stored or {}
+    out: dict[str, float | None] = {}
+    for name, value in fresh.items():
+        old = stored.get(name)
+        if (
+            value is not None
+            and isinstance(old, int | float)
+            and not isinstance(old, bool)
+            and abs(value - old) <= max(METRICS_DEADBAND * abs(old), METRICS_FLOOR)
+        ):
+            out[name] = old
+        else:
+            out[name] = value
+    return out
 
 
 def tuner_status(
@@ -174,8 +218,9 @@ def tuner_status(
 ) -> dict[str, Any]:
     """The status fields the tuner owns, for a merge patch: metrics, conditions, and
     lastDecision when the decision changes something."""
-    status: dict[str, Any] = {
-        "metrics": {
+    metrics = steady_metrics(
+        (bm.get("status") or {}).get("metrics"),
+        {
             "requestsPerSecond": _round(obs.rps),
             "p99LatencyMilliseconds": _round(obs.p99_ms),
             "averageBatchSize": _round(obs.avg_batch),
@@ -183,9 +228,12 @@ def tuner_status(
             "rejectedPerSecond": _round(obs.rejected_rps),
             "peakRequestsPerSecond": _round(obs.peak_rps),
         },
+    )
+    status: dict[str, Any] = {
+        "metrics": metrics,
         "conditions": merge_conditions(
             ((bm.get("status") or {}).get("conditions") or []),
-            tuner_conditions(obs, spec, missing_reason),
+            tuner_conditions(obs, spec, missing_reason, metrics["p99LatencyMilliseconds"]),
             now,
             (bm.get("metadata") or {}).get("generation"),
         ),

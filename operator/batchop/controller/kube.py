@@ -34,11 +34,18 @@ class APIError(Exception):
         return self.status in (0, 409, 429) or self.status >= 500
 
 
-def make_api_client(kubeconfig: str | None) -> Any:
-    """A client for the cluster: in-cluster service account, else the kubeconfig."""
+def make_api_client(kubeconfig: str | None, connections: int = 0) -> Any:
+    """A client for the cluster: in-cluster service account, else the kubeconfig.
+
+    `connections`: keep at least this many HTTPS connections open, one per thread that calls
+    (kopf's handler threads and the tuning thread). The client's default is 5 per CPU; a thread
+    finding the pool empty opens a connection and closes it after one call, a TLS handshake
+    per API call.
+    """
     import kubernetes
 
     config = kubernetes.client.Configuration()
+    config.connection_pool_maxsize = max(config.connection_pool_maxsize, connections)
     if kubeconfig:
         kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=config)
     else:
