@@ -322,7 +322,7 @@ def measure_operator(
         metrics_url = f"http://127.0.0.1:{metrics}/metrics"
         windows: list[dict[str, Any]] = []
         while len(windows) < max_windows:
-            windows.append(measure_window(proc.pid, metrics_url, prom, exporter, window))
+            windows.append(measure_window(cluster, proc.pid, metrics_url, prom, exporter, window))
             windows[-1]["after_cold_s"] = time.monotonic() - cold_end
             print(f"  N={n}: window {len(windows)}: {json.dumps(windows[-1])}", flush=True)
             if len(windows) >= 2 and steady(windows[-2], windows[-1], tolerance):
@@ -390,6 +390,7 @@ def per_model(calls: Counter[tuple[str, str]], n: int) -> dict[str, float]:
 
 
 def measure_window(
+    cluster: LocalCluster,
     pid: int,
     metrics_url: str,
     prom: PrometheusServer,
@@ -408,6 +409,7 @@ def measure_window(
     cpu1, _, _ = proc_figures(pid)
     prom_cpu1, _, _ = proc_figures(prom.process.pid)
     q1, scrapes1, t1 = prometheus_queries(prom.url), exporter.count(), time.monotonic()
+    calls1 = api_calls(cluster)
     time.sleep(window)
     ticks_end, _, _ = tick_figures(metrics_url)
     ticks2, wall2, query2 = ticks_end, 0.0, 0.0
@@ -417,6 +419,7 @@ def measure_window(
     cpu2, _, _ = proc_figures(pid)
     prom_cpu2, _, _ = proc_figures(prom.process.pid)
     q2, scrapes2, t2 = prometheus_queries(prom.url), exporter.count(), time.monotonic()
+    calls = api_calls(cluster) - calls1
     ticks = ticks2 - ticks1
     return {
         "ticks": ticks,
@@ -427,6 +430,7 @@ def measure_window(
         "tick_s": (t2 - t1) / ticks,
         "prometheus_cpu_per_s": (prom_cpu2 - prom_cpu1) / (t2 - t1),
         "scrapes_per_s": (scrapes2 - scrapes1) / (t2 - t1),
+        "api_calls_per_tick": sum(calls.values()) / ticks,
     }
 
 
@@ -451,8 +455,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "operator CPU (cold) | CPU per tuning tick, steady | operator CPU per 30 s, steady | "
         "tick period | tick wall time | of which Prometheus query+parse | "
         "CPU per tick, first window | steady window | Prometheus queries per tick | "
-        "Prometheus CPU per s (scrapes/s) | RSS after | peak RSS |",
-        "|---" * 16 + "|",
+        "Prometheus CPU per s (scrapes/s) | operator API calls per tick | RSS after | peak RSS |",
+        "|---" * 17 + "|",
     ]
     for r in rows:
         cold = f"{r['cold_s']:.1f} s" if r["cold_s"] is not None else f"{r['stuck']} stuck"
@@ -465,6 +469,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['observe_wall_s']:.2f} s | {r['first_cpu_per_tick_ms']:.0f} ms | "
             f"{_settled(r)} | {r['queries_per_tick']:.1f} | "
             f"{r['prometheus_cpu_per_s']:.2f} s ({r['scrapes_per_s']:.0f}) | "
+            f"{r['api_calls_per_tick']:.1f} | "
             f"{r['rss_mib']:.0f} MiB | {r['peak_mib']:.0f} MiB |"
         )
     return "\n".join(lines)
