@@ -405,6 +405,8 @@ def become_leader(
     """Stand by (answering the liveness probe, writing nothing) until this process holds the
     Lease; then renew it in the background. SIGTERM while standing by ends the process."""
     elector = LeaderElector(store, identity, timing)
+    leading = _leader_gauge()
+    leading.set(0)
     health = StandbyHealth(liveness) if liveness else None
     log.info(
         "leader election on: %s waits for the lease (duration %ds, renew deadline %gs, retry %gs)",
@@ -418,4 +420,26 @@ def become_leader(
     finally:
         if health is not None:
             health.close()
+    leading.set(1)
     return Leadership(elector, on_lost)
+
+
+def _leader_gauge() -> Any:
+    """`batchop_leader` (1 on the replica holding the Lease, 0 on a standby), on the
+    operator's /metrics: `max(batchop_leader) < 1` for a while means nobody acts. Kept here
+    rather than in batchop.metrics: only a leader-electing process has it."""
+    global _GAUGE
+    if _GAUGE is None:
+        from prometheus_client import Gauge
+
+        from batchop.metrics import METRICS
+
+        _GAUGE = Gauge(
+            "batchop_leader",
+            "1 while this replica holds the leader-election Lease and acts, 0 standing by.",
+            registry=METRICS.registry,
+        )
+    return _GAUGE
+
+
+_GAUGE: Any = None
