@@ -5,7 +5,10 @@ tests/integration/test_operator_failover.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 import urllib.request
 from datetime import UTC, datetime
 
@@ -14,6 +17,7 @@ import pytest
 from batchop.cli.main import build_parser
 from batchop.controller.leader import (
     LeaderElector,
+    Leadership,
     LeaseTiming,
     Record,
     StandbyHealth,
@@ -234,3 +238,58 @@ def test_bad_leader_election_settings_name_their_source(
         parse_settings(flags(*argv), env)
     for name in names:
         assert name in str(info.value)
+
+
+def test_frozen_holder_is_overdue_by_its_clock_alone() -> None:
+    store, clock = MemoryLease(), Clock()
+    a = elector(store, "a", clock)
+    a.try_acquire_or_renew()
+    clock.now += 9.9
+    assert a.overdue() is None
+    clock.now += 0.2
+    assert "renew deadline" in (a.overdue() or "")
+    assert a.watchdog_s() == pytest.approx(0.9)  # one second past the deadline, then _exit
+
+
+def test_watchdog_is_rearmed_after_each_renewal_and_disarmed_on_release() -> None:
+    timing = LeaseTiming(duration_s=2, renew_deadline_s=1.0, retry_period_s=0.05)
+    store = MemoryLease()
+    a = LeaderElector(store, "a", timing)
+    assert a.try_acquire_or_renew()
+    armed: list[float | None] = []
+    lost: list[str] = []
+    leadership = Leadership(a, lost.append, watchdog=armed.append)
+    deadline = time.monotonic() + 30
+    while len(armed) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    leadership.release()
+    assert not lost
+    assert len(armed) >= 4 and armed[-1] is None
+    assert all(s is not None and 0 < s <= 2.0 for s in armed[:-1])
+    assert store.record is not None and store.record.holder == ""  # released
+
+
+WATCHED_CHILD = """
+import sys, time
+from batchop.controller.leader import exit_watchdog
+exit_watchdog(float(sys.argv[1]))
+print("armed", flush=True)
+time.sleep(float(sys.argv[2]))
+print("still alive", flush=True)
+"""
+
+
+def _child(arm_s: float, sleep_s: float) -> subprocess.Popen[str]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", WATCHED_CHILD, str(arm_s), str(sleep_s)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None and child.stdout.readline() == "armed\n"
+    return child
+
+
+def test_exit_watchdog_ends_a_process_that_stops_rearming_it() -> None:
+    child = _child(0.5, 30)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 1 and "still alive" not in out
+    assert "Timeout" in err  # faulthandler's stack dump says why

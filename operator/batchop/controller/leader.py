@@ -20,7 +20,8 @@ The algorithm is client-go's (tools/leaderelection):
 - The holder renews every `retry_period`. If it has not renewed for `renew_deadline`
   (< lease duration), or sees another holder, it exits at once (as controller-runtime's
   manager does): by then it cannot know it is alone, and a process that exits writes nothing.
-  The Deployment restarts it, as a standby.
+  The Deployment restarts it, as a standby. A watchdog outside the GIL (faulthandler's)
+  backs this up one second later, should the renew thread itself be stuck (`exit_watchdog`).
 - On a graceful stop (SIGTERM, e.g. a rolling update) the holder releases the Lease, so the
   standby takes over after one retry period instead of a lease duration.
 
@@ -30,6 +31,7 @@ the standby holds the Lease, then kopf's start (list every BatchedModel, resume 
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import random
@@ -290,15 +292,41 @@ class LeaderElector:
         log.warning("lease not renewed (%s); retrying", why)
         return None
 
-    def hold(self, on_lost: Callable[[str], None], stop: threading.Event) -> threading.Thread:
-        """Renew in a daemon thread until `stop`; call `on_lost(why)` once if renewal fails."""
+    def overdue(self) -> str | None:
+        """Why the renew deadline has passed since the last renewal (by the clock alone, no
+        API call: after a freeze the process must stop before it does anything else)."""
+        since = self.clock() - (self._renewed_at if self._renewed_at is not None else 0.0)
+        if since < self.timing.renew_deadline_s:
+            return None
+        return f"last renewed {since:.1f}s ago (renew deadline {self.timing.renew_deadline_s:g}s)"
+
+    def watchdog_s(self) -> float:
+        """How long from now the watchdog may wait: the renew deadline after the last
+        renewal, plus one second so the logged exit (`on_lost`) normally comes first."""
+        renewed = self._renewed_at if self._renewed_at is not None else self.clock()
+        return max(self.timing.renew_deadline_s + 1.0 - (self.clock() - renewed), 0.001)
+
+    def hold(
+        self,
+        on_lost: Callable[[str], None],
+        stop: threading.Event,
+        watchdog: Callable[[float | None], None] = lambda _s: None,
+    ) -> threading.Thread:
+        """Renew in a daemon thread until `stop`; call `on_lost(why)` once if renewal fails.
+
+        `watchdog(seconds)` is re-armed after each renewal (None disarms it): a timer that
+        ends the process by itself if this thread does not re-arm it in time.
+        """
 
         def renew() -> None:
+            watchdog(self.watchdog_s())
             while not stop.wait(self.timing.retry_period_s):
-                why = self.renew_once()
+                why = self.overdue() or self.renew_once()
                 if why is not None:
                     on_lost(why)
                     return
+                watchdog(self.watchdog_s())
+            watchdog(None)
 
         thread = threading.Thread(target=renew, name="batchop-lease", daemon=True)
         thread.start()
@@ -380,13 +408,34 @@ def lease_namespace(configured: str | None, watched: tuple[str, ...]) -> str:
     return own or (watched[0] if watched else "default")
 
 
+def exit_watchdog(seconds: float | None) -> None:
+    """Arm (None: disarm) faulthandler's watchdog: a C thread that needs no GIL, dumps every
+    thread's stack to stderr and `_exit`s when it runs out.
+
+    Why: the renew thread can itself be stuck (a hung call past its timeout, a deadlock, a
+    thread starved of the GIL); the watchdog does not depend on it. It also fires at once in
+    a leader thawed after a freeze longer than the lease (SIGSTOP, a VM pause), but that is a
+    race, not a fence: threads ready to run when thawed may act first (a unit experiment: a
+    thawed child printed one line before the watchdog ended it). See docs/high-availability.md.
+    """
+    if seconds is None:
+        faulthandler.cancel_dump_traceback_later()
+    else:
+        faulthandler.dump_traceback_later(seconds, exit=True)
+
+
 class Leadership:
     """This process holds the Lease: renewing in the background until `release`."""
 
-    def __init__(self, elector: LeaderElector, on_lost: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        elector: LeaderElector,
+        on_lost: Callable[[str], None],
+        watchdog: Callable[[float | None], None] = exit_watchdog,
+    ) -> None:
         self.elector = elector
         self._stop = threading.Event()
-        self._thread = elector.hold(on_lost, self._stop)
+        self._thread = elector.hold(on_lost, self._stop, watchdog)
 
     def release(self) -> None:
         """Stop renewing, then give the Lease up (after kopf has stopped acting)."""
