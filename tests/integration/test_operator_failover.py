@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,17 +87,40 @@ def _service_account(cluster: Any, namespace: str, name: str, path: Path) -> AsS
     return AsServiceAccount(cluster, path)
 
 
+class ElectingOperator(Operator):
+    """`batchop run --leader-elect`, serving its /metrics on a port of its own."""
+
+    metrics_port: int
+
+    def leader_gauge(self) -> float | None:
+        """`batchop_leader` from the operator's /metrics (None while not served)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith("batchop_leader "):
+                return float(line.split()[1])
+        return None
+
+
 def _operator(
     cluster: Any, namespace: str, identity: str, tmp_path: Path, prometheus: str
-) -> Operator:
+) -> ElectingOperator:
     seen_as = _service_account(cluster, namespace, identity, tmp_path / f"{identity}.kubeconfig")
-    return Operator(
+    port = free_port()
+    op = ElectingOperator(
         seen_as, [namespace], tmp_path / f"{identity}.log",
+        "--metrics-address", f"127.0.0.1:{port}",  # the harness's "off" comes first
         "--leader-elect", "--lease-identity", identity, "--lease-namespace", namespace,
         "--lease-name", LEASE, "--lease-duration", str(DURATION_S),
         "--lease-renew-deadline", str(RENEW_S), "--lease-retry-period", str(RETRY_S),
         "--prometheus-url", prometheus,
     )  # fmt: skip
+    op.metrics_port = port
+    return op
 
 
 def _holder(cluster: Any, namespace: str) -> str:
@@ -204,6 +228,7 @@ def test_standby_takes_over_after_the_leader_is_killed(cluster: Any, tmp_path: P
         for name in names:
             wait_for(lambda n=name: _converged(cluster, ns, n), f"{name} reconciled", operator=a)
         assert _holder(cluster, ns) == "op-a" and b.alive()
+        assert (a.leader_gauge(), b.leader_gauge()) == (1.0, 0.0)
 
         churn = Churn(cluster, ns, names)
         churn.start()
@@ -224,6 +249,14 @@ def test_standby_takes_over_after_the_leader_is_killed(cluster: Any, tmp_path: P
         first_action_s = time.monotonic() - started
         churn.stop.set()
         churn.join(timeout=30)
+        assert b.leader_gauge() == 1.0
+        # kopf's Events name the replica that posted them (reportingInstance).
+        posted = {
+            e.get("reportingInstance")
+            for e in cluster.kubectl_json("get", "events", "-n", ns)["items"]
+            if e.get("reportingComponent") == "kopf"
+        }
+        assert {"op-a", "op-b"} <= posted, posted
         for name in names:
             wait_for(lambda n=name: _converged(cluster, ns, n), f"{name} converged after the "
                      "failover", operator=b)  # fmt: skip
