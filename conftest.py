@@ -3,7 +3,8 @@
 `cluster` (session scope): one local Kubernetes cluster (batchop.local.cluster.LocalCluster)
 for the integration and e2e tests: real etcd, kube-apiserver (RBAC on), controller-manager
 and scheduler run by kwokctl, with 2 fake nodes x 4 nvidia.com/gpu whose pods get 127.10.x.y
-addresses. It exposes .name, .kubeconfig (Path), .kubectl(*args, input=None, check=True),
+addresses, and the API server's audit log of ServiceAccounts' writes (.audit_log). It exposes
+.name, .kubeconfig (Path), .kubectl(*args, input=None, check=True),
 .kubectl_json(*args), .environ() (env with KUBECONFIG) and .status(). Torn down at the end.
 The name defaults to batchop-test-<pid> so concurrent test sessions do not collide;
 BATCHOP_TEST_CLUSTER overrides it, BATCHOP_KEEP_CLUSTER=1 leaves it running.
@@ -52,7 +53,7 @@ def _session_cluster(
     _remove_orphaned_test_clusters(say)
     name = os.environ.get("BATCHOP_TEST_CLUSTER") or f"{TEST_CLUSTER_PREFIX}{os.getpid()}"
     local = LocalCluster(name + suffix, nodes=2, gpus_per_node=4, progress=say,
-                         readiness=readiness)
+                         readiness=readiness, audit=True)
     local.up(replace=True)
     try:
         yield local

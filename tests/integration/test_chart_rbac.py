@@ -138,10 +138,18 @@ def cluster_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([helm, *args], capture_output=True, text=True, timeout=300)
 
 
-def can_i(cluster: Any, kubeconfig: Path, verb: str, resource: str, namespace: str | None) -> bool:
+def can_i(
+    cluster: Any,
+    kubeconfig: Path,
+    verb: str,
+    resource: str,
+    namespace: str | None,
+    name: str | None = None,
+) -> bool:
     """What `kubectl auth can-i` asks, as whoever `kubeconfig` authenticates.
 
-    `resource` is `plural[.group][/subresource]`; `namespace` None asks cluster-wide. Sent as
+    `resource` is `plural[.group][/subresource]`; `namespace` None asks cluster-wide; `name`
+    asks about one object (rules with resourceNames). Sent as
     a SelfSubjectAccessReview with the group spelled out, so kinds the cluster does not
     serve (PodMonitor without the Prometheus Operator) are checked too.
     """
@@ -154,6 +162,8 @@ def can_i(cluster: Any, kubeconfig: Path, verb: str, resource: str, namespace: s
         attrs["subresource"] = sub
     if namespace:
         attrs["namespace"] = namespace
+    if name:
+        attrs["name"] = name
     review = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SelfSubjectAccessReview",
@@ -238,6 +248,22 @@ def test_service_account_is_denied_secrets_and_more(cluster: Any, chart: Install
     assert can_i(cluster, cluster.kubeconfig, "get", "secrets", chart.watched)
 
 
+def test_service_account_may_hold_only_the_charts_lease(cluster: Any, chart: Installed) -> None:
+    """Leader election: create a Lease in the release namespace, read and renew only the
+    chart's own one; no Lease rights anywhere else."""
+    lease, ns, kind = chart.env["BATCHOP_LEASE_NAME"], chart.system_ns, "leases.coordination.k8s.io"
+    assert chart.env["BATCHOP_LEASE_NAMESPACE"] == ns
+    sa = chart.sa_kubeconfig
+    assert can_i(cluster, sa, "create", kind, ns)
+    for verb in ("get", "update"):
+        assert can_i(cluster, sa, verb, kind, ns, name=lease), verb
+        assert not can_i(cluster, sa, verb, kind, ns, name="someone-elses"), verb
+    assert not can_i(cluster, sa, "delete", kind, ns, name=lease)
+    for other in (chart.watched, chart.other, "kube-system"):
+        assert not can_i(cluster, sa, "create", kind, other), other
+        assert not can_i(cluster, sa, "get", kind, other, name=lease), other
+
+
 def test_service_account_is_denied_unwatched_namespaces(cluster: Any, chart: Installed) -> None:
     for namespace in (chart.other, chart.system_ns, "default", "kube-system"):
         granted = [
@@ -278,7 +304,12 @@ def test_cluster_wide_install_grants_the_same_rules_everywhere_and_no_more(
         manifest = cluster_helm(chart.helm, *kube, "get", "manifest", release, "-n", release)
         docs = [d for d in yaml.safe_load_all(manifest.stdout) if d]
         kinds = {d["kind"] for d in docs}
-        assert {"ClusterRole", "ClusterRoleBinding"} <= kinds and "Role" not in kinds
+        assert {"ClusterRole", "ClusterRoleBinding"} <= kinds
+        roles = [d for d in docs if d["kind"] == "Role"]  # leader election's only
+        assert [
+            (r["metadata"]["namespace"], {res for rule in r["rules"] for res in rule["resources"]})
+            for r in roles
+        ] == [(release, {"leases"})]
         (sa,) = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
         config = _sa_kubeconfig(cluster, release, sa, tmp_path / "kubeconfig")
         for namespace in (chart.other, chart.watched, "default"):

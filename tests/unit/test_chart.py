@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from batchop import dashboard
-from batchop.controller.settings import parse_settings
+from batchop.controller.settings import SettingsError, parse_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "batchop"
@@ -30,6 +30,7 @@ ALL_ON = [
     "prometheusRule.enabled=true",
     "dashboard.namespace=monitoring",
     "defaultTritonImage=registry.local:5000/triton:24.10-py3",
+    "replicaCount=2",  # the PodDisruptionBudget and spreading
 ]
 VALUE_SETS = {
     "defaults": [],
@@ -195,7 +196,15 @@ def test_rbac_grants_only_what_batchop_uses(helm: str, name: str) -> None:
     if name == "defaults":  # cluster-wide: kopf's CRD scanning, read-only
         allowed.add(("apiextensions.k8s.io", "customresourcedefinitions"))
     write = {"create", "update", "patch", "delete", "deletecollection"}
+    leases = [r for r in rules if r["resources"] == ["leases"]]
+    # Leader election: create the Lease; read and renew only the chart's own one.
+    assert sorted((r["verbs"], r.get("resourceNames")) for r in leases) == [
+        (["create"], None), (["get", "update"], ["rel-batchop"])
+    ]
+    assert all(r["apiGroups"] == ["coordination.k8s.io"] for r in leases)
     for rule in rules:
+        if rule in leases:
+            continue
         words = [*rule["apiGroups"], *rule["resources"], *rule["verbs"]]
         assert "*" not in words, f"wildcard in {rule}"
         assert "nonResourceURLs" not in rule and "resourceNames" not in rule
@@ -220,7 +229,11 @@ def test_watch_namespaces_gives_roles_there_and_nothing_cluster_wide(helm: str) 
     assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
     roles = {r["metadata"]["namespace"] for r in by_kind(docs, "Role")}
     bindings = by_kind(docs, "RoleBinding")
-    assert roles == {"team-a", "team-b"}
+    assert roles == {"team-a", "team-b", "batchop-system"}  # the last: the Lease only
+    (election,) = [
+        r for r in by_kind(docs, "Role") if r["metadata"]["namespace"] == "batchop-system"
+    ]
+    assert {res for rule in election["rules"] for res in rule["resources"]} == {"leases"}
     assert {b["metadata"]["namespace"] for b in bindings} == roles
     sa = by_kind(docs, "ServiceAccount")[0]["metadata"]
     for b in bindings:
@@ -231,7 +244,8 @@ def test_watch_namespaces_gives_roles_there_and_nothing_cluster_wide(helm: str) 
 
 def test_watching_all_namespaces_uses_one_cluster_role(helm: str) -> None:
     docs = render(helm, [])
-    assert len(by_kind(docs, "ClusterRole")) == 1 and not by_kind(docs, "Role")
+    assert len(by_kind(docs, "ClusterRole")) == 1
+    assert [r["metadata"]["name"] for r in by_kind(docs, "Role")] == ["rel-batchop-leader-election"]
     binding = by_kind(docs, "ClusterRoleBinding")[0]
     assert binding["roleRef"]["name"] == by_kind(docs, "ClusterRole")[0]["metadata"]["name"]
 
@@ -246,7 +260,7 @@ def test_podmonitor_rights_follow_the_per_model_switch(helm: str) -> None:
 def test_operator_pod_is_hardened(helm: str) -> None:
     dep = by_kind(render(helm, []), "Deployment")[0]
     pod = dep["spec"]["template"]["spec"]
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    assert dep["spec"]["replicas"] == 1
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
     assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
@@ -302,7 +316,10 @@ def test_dashboard_configmap_carries_the_generated_dashboard(helm: str) -> None:
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("replicaCount=2", "/replicaCount"),
+        ("replicaCount=11", "/replicaCount"),
+        ("leaderElection.leaseDuration=1", "/leaderElection/leaseDuration"),
+        ("leaderElection.renewDeadline=0", "/leaderElection/renewDeadline"),
+        ("podDisruptionBudget.maxUnavailable=0", "/podDisruptionBudget/maxUnavailable"),
         ("watchNamespaces={Team_A}", "/watchNamespaces/0"),
         ("prometheus.url=prometheus:9090", "/prometheus/url"),
         ("logFormat=xml", "/logFormat"),
@@ -319,6 +336,54 @@ def test_bad_values_fail_install_with_a_message_naming_the_key(
     got = run_helm(helm, "template", "rel", str(CHART), "--set", setting)
     assert got.returncode != 0
     assert message in got.stderr, got.stderr
+
+
+def test_replicas_without_leader_election_are_refused(helm: str) -> None:
+    got = run_helm(helm, "template", "rel", str(CHART), "--set", "replicaCount=2",
+                   "--set", "leaderElection.enabled=false")
+    assert got.returncode != 0 and "/replicaCount" in got.stderr, got.stderr
+    got = run_helm(helm, "template", "rel", str(CHART), "--set", "leaderElection.enabled=false")
+    assert got.returncode == 0, got.stderr
+
+
+def test_leader_election_settings_reach_the_operator(helm: str) -> None:
+    docs = render(helm, ["leaderElection.leaseDuration=30", "leaderElection.renewDeadline=20",
+                         "leaderElection.retryPeriod=4"])
+    dep = by_kind(docs, "Deployment")[0]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    s = parse_settings({}, {e["name"]: e["value"] for e in c["env"]})
+    assert s.leader_elect and s.lease_namespace == "batchop-system"
+    assert s.lease_name == "rel-batchop"  # the one name the Role lets it read and renew
+    assert (s.lease_duration, s.lease_renew_deadline, s.lease_retry_period) == (30, 20, 4)
+    # A rolling update: the new pod stands by until the old one releases the Lease.
+    assert dep["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+    off = by_kind(render(helm, ["leaderElection.enabled=false"]), "Deployment")[0]
+    (c,) = off["spec"]["template"]["spec"]["containers"]
+    assert not parse_settings({}, {e["name"]: e["value"] for e in c["env"]}).leader_elect
+    assert off["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_bad_lease_timing_is_refused_by_the_operator_naming_the_settings(helm: str) -> None:
+    docs = render(helm, ["leaderElection.renewDeadline=20"])  # >= the 15 s lease duration
+    (c,) = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
+    with pytest.raises(SettingsError) as info:
+        parse_settings({}, {e["name"]: e["value"] for e in c["env"]})
+    assert "BATCHOP_LEASE_RENEW_DEADLINE" in str(info.value)
+
+
+def test_two_replicas_get_a_disruption_budget_and_spread(helm: str) -> None:
+    assert not by_kind(render(helm, []), "PodDisruptionBudget")  # 1 replica: it would block drains
+    docs = render(helm, ["replicaCount=2"])
+    (pdb,) = by_kind(docs, "PodDisruptionBudget")
+    dep = by_kind(docs, "Deployment")[0]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    anti = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
 
 
 def test_notes_say_where_things_are(helm: str) -> None:

@@ -92,6 +92,50 @@ def register(subparsers: Any) -> None:
         const=True,
         help=f"debug logs (env {env['verbose']})",
     )
+    ha = p.add_argument_group(
+        "leader election", "several replicas, exactly one acting (a coordination.k8s.io Lease)"
+    )
+    ha.add_argument(
+        "--leader-elect",
+        dest="leader_elect",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"act only while holding the Lease (default off; env {env['leader_elect']})",
+    )
+    ha.add_argument(
+        "--lease-namespace",
+        metavar="NS",
+        help="namespace of the Lease (default: the pod's, else the first watched, else "
+        f"default; env {env['lease_namespace']})",
+    )
+    ha.add_argument(
+        "--lease-name",
+        metavar="NAME",
+        help=f"name of the Lease (default batchop; env {env['lease_name']})",
+    )
+    ha.add_argument(
+        "--lease-identity",
+        metavar="ID",
+        help=f"this replica's name in the Lease (default HOSTNAME_random; env "
+        f"{env['lease_identity']})",
+    )
+    ha.add_argument(
+        "--lease-duration",
+        metavar="SECONDS",
+        help="how long a standby waits after the last renewal it saw (default 15; env "
+        f"{env['lease_duration']})",
+    )
+    ha.add_argument(
+        "--lease-renew-deadline",
+        metavar="SECONDS",
+        help="the leader exits if it has not renewed for this long; < lease duration "
+        f"(default 10; env {env['lease_renew_deadline']})",
+    )
+    ha.add_argument(
+        "--lease-retry-period",
+        metavar="SECONDS",
+        help=f"how often to try or renew (default 2; env {env['lease_retry_period']})",
+    )
     p.set_defaults(func=run)
 
 

@@ -3,8 +3,9 @@
 Choices made here, and why:
 - Persistence in annotations under `batchop.io/` (kopf's progress and last-handled
   configuration), never in `status`: status belongs to the API and to `kubectl get bm`.
-- Standalone (no peering): one operator per cluster, run by a Deployment with one replica;
-  peering would need its own CRD installed for nothing.
+- Standalone (no kopf peering): kopf pauses every replica of equal priority, so it cannot
+  elect one of a Deployment's replicas. With `--leader-elect`, a coordination.k8s.io Lease
+  (controller/leader.py) picks the one replica that runs kopf at all; the others stand by.
 - No finalizer: there is no deletion handler, timer or daemon (see handlers.py), so kopf adds
   none and a BatchedModel can be deleted while the operator is down.
 - CRD/namespace scanning only cluster-wide: a namespaced install needs no cluster rights.
@@ -25,8 +26,8 @@ from batchop.controller.settings import Settings
 log = logging.getLogger("batchop.controller")
 
 
-def operator_settings(settings: Settings) -> Any:
-    """kopf's settings for batchop."""
+def operator_settings(settings: Settings, identity: str | None = None) -> Any:
+    """kopf's settings for batchop; `identity` names this replica in the Events it posts."""
     import kopf
 
     ops = kopf.OperatorSettings()
@@ -39,6 +40,8 @@ def operator_settings(settings: Settings) -> Any:
     ops.peering.mandatory = False
     ops.posting.enabled = True
     ops.posting.level = logging.WARNING
+    if identity:
+        ops.posting.reporting_instance = identity
     ops.execution.max_workers = settings.workers
     ops.watching.server_timeout = 300
     ops.watching.client_timeout = 330
@@ -108,14 +111,46 @@ def run(settings: Settings) -> int:
                   f"BATCHOP_METRICS_ADDRESS): {exc}", file=sys.stderr)  # fmt: skip
             return 2
         log.info("serving /metrics on %s:%d", host, server.server_port)
+    leadership = _lead(settings) if settings.leader_elect else None
     scope = "every namespace" if settings.all_namespaces else ", ".join(settings.namespaces)
     log.info("batchop operator starting; watching %s", scope)
-    kopf.run(
-        registry=registry,
-        settings=operator_settings(settings),
-        standalone=True,
-        clusterwide=settings.all_namespaces,
-        namespaces=list(settings.namespaces),
-        liveness_endpoint=settings.liveness,
-    )
+    try:
+        kopf.run(
+            registry=registry,
+            settings=operator_settings(
+                settings, leadership.elector.identity if leadership else None
+            ),
+            standalone=True,
+            clusterwide=settings.all_namespaces,
+            namespaces=list(settings.namespaces),
+            liveness_endpoint=settings.liveness,
+        )
+    finally:
+        if leadership is not None:
+            leadership.release()
     return 0
+
+
+def _lead(settings: Settings) -> Any:
+    """Block until this replica holds the Lease (see controller/leader.py)."""
+    from batchop.controller.kube import make_api_client
+    from batchop.controller.leader import (
+        KubeLeaseStore,
+        LeaseTiming,
+        become_leader,
+        default_identity,
+        lease_namespace,
+    )
+
+    timing = LeaseTiming(
+        settings.lease_duration, settings.lease_renew_deadline, settings.lease_retry_period
+    )
+    store = KubeLeaseStore(
+        make_api_client(settings.kubeconfig),  # its own pool: renewals never queue behind handlers
+        lease_namespace(settings.lease_namespace, settings.namespaces),
+        settings.lease_name,
+        timeout_s=timing.retry_period_s,
+    )
+    return become_leader(
+        store, settings.lease_identity or default_identity(), timing, settings.liveness
+    )

@@ -60,6 +60,13 @@ SOURCES: dict[str, Source] = {
         Source("log_format", "--log-format", "BATCHOP_LOG_FORMAT"),
         Source("workers", "--workers", "BATCHOP_WORKERS"),
         Source("verbose", "--verbose", "BATCHOP_VERBOSE"),
+        Source("leader_elect", "--leader-elect", "BATCHOP_LEADER_ELECT"),
+        Source("lease_namespace", "--lease-namespace", "BATCHOP_LEASE_NAMESPACE"),
+        Source("lease_name", "--lease-name", "BATCHOP_LEASE_NAME"),
+        Source("lease_identity", "--lease-identity", "BATCHOP_LEASE_IDENTITY"),
+        Source("lease_duration", "--lease-duration", "BATCHOP_LEASE_DURATION"),
+        Source("lease_renew_deadline", "--lease-renew-deadline", "BATCHOP_LEASE_RENEW_DEADLINE"),
+        Source("lease_retry_period", "--lease-retry-period", "BATCHOP_LEASE_RETRY_PERIOD"),
     )
 }
 
@@ -82,6 +89,15 @@ class Settings:
     log_format: str = "json"
     workers: int = 8
     verbose: bool = False
+    # Leader election (controller/leader.py): several replicas, one acting. Off: this process
+    # acts alone, as a single replica always did.
+    leader_elect: bool = False
+    lease_namespace: str | None = None  # None: the pod's namespace, else the first watched
+    lease_name: str = "batchop"
+    lease_identity: str | None = None  # None: hostname plus a random suffix
+    lease_duration: int = 15
+    lease_renew_deadline: float = 10.0
+    lease_retry_period: float = 2.0
 
 
 def _where(dest: str, from_flag: bool) -> str:
@@ -243,4 +259,66 @@ def parse_settings(flags: Mapping[str, Any], env: Mapping[str, str] | None = Non
     if got is not None:
         values["verbose"] = _bool(got[0], _where("verbose", got[1]))
 
+    values.update(_lease(flags, env))
     return Settings(**values)
+
+
+def _seconds(raw: Any, where: str, *, whole: bool) -> float:
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 3600 or (whole and not value.is_integer()):
+        kind = "a whole number of seconds" if whole else "a number of seconds"
+        raise SettingsError(f"{where}={raw!r}: must be {kind} in (0, 3600]")
+    return value
+
+
+def _lease(flags: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """The leader-election settings; the three durations obey client-go's rules."""
+    values: dict[str, Any] = {}
+    got = _pick("leader_elect", flags, env)
+    if got is not None:
+        values["leader_elect"] = _bool(got[0], _where("leader_elect", got[1]))
+    got = _pick("lease_namespace", flags, env)
+    if got is not None and str(got[0]).strip():
+        values["lease_namespace"] = _namespace(
+            str(got[0]).strip(), _where("lease_namespace", got[1])
+        )
+    got = _pick("lease_name", flags, env)
+    if got is not None:
+        name = str(got[0]).strip()
+        if not _NAMESPACE.match(name):  # a Lease name: the same DNS-label rule, simplest
+            raise SettingsError(
+                f"{_where('lease_name', got[1])}={got[0]!r}: must be lower-case letters, "
+                "digits and '-', starting and ending with a letter or digit, at most 63"
+            )
+        values["lease_name"] = name
+    got = _pick("lease_identity", flags, env)
+    if got is not None and str(got[0]).strip():
+        identity = str(got[0]).strip()
+        if len(identity) > 128 or any(c.isspace() for c in identity):
+            raise SettingsError(
+                f"{_where('lease_identity', got[1])}={got[0]!r}: must be at most 128 "
+                "characters without spaces"
+            )
+        values["lease_identity"] = identity
+    durations = {"lease_duration": True, "lease_renew_deadline": False, "lease_retry_period": False}
+    for dest, whole in durations.items():
+        got = _pick(dest, flags, env)
+        if got is not None:
+            seconds = _seconds(got[0], _where(dest, got[1]), whole=whole)
+            values[dest] = int(seconds) if whole else seconds
+    from batchop.controller.leader import LeaseTiming
+
+    defaults = Settings()
+    timing = LeaseTiming(
+        values.get("lease_duration", defaults.lease_duration),
+        values.get("lease_renew_deadline", defaults.lease_renew_deadline),
+        values.get("lease_retry_period", defaults.lease_retry_period),
+    )
+    problems = timing.problems()
+    if problems:
+        named = ", ".join(f"{SOURCES[d].flag} ({SOURCES[d].env})" for d in durations)
+        raise SettingsError(f"{'; '.join(problems)}: check {named}")
+    return values

@@ -40,6 +40,20 @@ kind: KwokctlConfiguration
 options:
   bindAddress: 127.0.0.1
 """
+# The API server's audit policy when a cluster is created with `audit=True`: every write
+# made by a ServiceAccount (the operator under test, as in a real install), at Metadata level
+# (who, what, when; no bodies). Tests read it as the witness of who acted (tests/integration/
+# test_operator_failover.py); other clients (kubectl, controllers as admin) are not logged.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+    verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  - level: None
+"""
 # The virtual ClusterIP range. kube-apiserver's default is a /24 (253 Services), too few for
 # the 1,000-model scale benchmark; nothing binds these addresses (pods use loopback IPs).
 SERVICE_CIDR = "10.96.0.0/16"
@@ -196,6 +210,7 @@ class LocalCluster:
         port: int | None = None,
         progress: Callable[[str], None] | None = None,
         readiness: str = "kwok",
+        audit: bool = False,
     ) -> None:
         if not NAME_RULE.match(name):
             raise ClusterError(
@@ -213,6 +228,7 @@ class LocalCluster:
             )
         self.readiness = readiness
         self.port = port
+        self.audit = audit
         self._say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
 
     # --- paths -------------------------------------------------------------------------
@@ -223,6 +239,11 @@ class LocalCluster:
     @property
     def kubeconfig(self) -> Path:
         return self.workdir / "kubeconfig.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (JSON lines; written only with `audit=True`)."""
+        return self.workdir / "logs" / "audit.log"
 
     @property
     def log_path(self) -> Path:
@@ -332,6 +353,14 @@ class LocalCluster:
         ]  # fmt: skip
         if self.port is not None:
             args += ["--kube-apiserver-port", str(self.port)]
+        if self.audit:
+            policy = build.cache_root() / "audit-policy.yaml"
+            if not policy.exists() or policy.read_text() != AUDIT_POLICY:
+                policy.parent.mkdir(parents=True, exist_ok=True)
+                partial = policy.with_name(f".{policy.name}.{os.getpid()}")
+                partial.write_text(AUDIT_POLICY)
+                partial.replace(policy)
+            args += ["--kube-audit-policy", str(policy)]
         try:
             result = self._kwokctl(args, binaries, timeout=timeout_s + 30)
         except subprocess.TimeoutExpired as exc:
