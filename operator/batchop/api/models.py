@@ -288,7 +288,7 @@ HUGEPAGES_PREFIX = "hugepages-"
 # Resource names per requests/limits map. A container's are cpu, memory, ephemeral-storage,
 # at most the two huge page sizes nodes offer (2Mi, 1Gi) and an extended resource or two
 # (GPUs go in server.gpus): 7 holds all of those. It is also the most the two comparison
-# rules afford on Kubernetes 1.28-1.33: each entry costs them ~1.26M of the 10M per-rule
+# rules afford on Kubernetes 1.30-1.33: each entry costs them ~1.26M of the 10M per-rule
 # CEL budget there (see _cel_compare); 8 entries exceed it.
 MAX_RESOURCE_NAMES = 7
 
