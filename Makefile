@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit lint crd dashboard demo bench clean cluster-binaries
+.PHONY: install test unit lint crd dashboard demo bench clean cluster-binaries kube-checkers
 
 install: $(STAMP)
 
@@ -31,7 +31,12 @@ unit: install
 cluster-binaries: install
 	$(BIN)/python -m batchop.local.build
 
-test: install lint cluster-binaries
+# Per-minor Kubernetes checkers (CRD validation from k8s.io/apiextensions-apiserver, and
+# kubeconform) for tests/kubeversions, built from Go modules into ~/.cache/batchop.
+kube-checkers: install
+	$(BIN)/python tests/kubeversions/checkers.py
+
+test: install lint cluster-binaries kube-checkers
 	$(BIN)/python -m pytest -q
 
 crd: install

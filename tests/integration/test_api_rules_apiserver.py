@@ -201,3 +201,15 @@ def test_scale_subresource_moves_spec_replicas_within_the_bounds(api: Any) -> No
         assert "spec.scaling.replicas" in refused.stderr
     finally:
         api.kubectl("delete", "bm", "scale-check", "-n", "default", "--wait=false")
+
+
+def test_a_misspelt_quantity_is_refused_by_its_pattern_naming_the_field(api: Any) -> None:
+    """The resource rules have no isQuantity guard (CEL cost on Kubernetes 1.30-1.33): a
+    value the pattern refuses is still refused with the pattern's message on its own field,
+    whatever the comparison rule then says."""
+    manifest = minimal(server={"resources": {"requests": {"cpu": "1x"}, "limits": {"cpu": "2"}}})
+    result = dry_run(api, manifest)
+    assert result.returncode != 0
+    assert 'spec.server.resources.requests.cpu: Invalid value: "1x"' in result.stderr, (
+        result.stderr
+    )

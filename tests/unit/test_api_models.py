@@ -133,6 +133,21 @@ def test_a_request_above_its_limit_is_refused_naming_the_resource_and_values() -
     )
 
 
+def test_a_full_resource_set_fits_and_one_more_name_is_refused_by_both_halves() -> None:
+    """The bound the older API servers' CEL budget forces still holds a real container's
+    resources; past it pydantic and the CRD refuse the map, naming it."""
+    full = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "20Gi", "hugepages-2Mi": "1Gi",
+            "hugepages-1Gi": "2Gi", "rdma/ib": "1", "example.com/fpga": "1"}
+    resources = {"requests": dict(full), "limits": dict(full)}
+    parse_batched_model(minimal(server={"resources": resources}))
+    assert crd_admission(minimal(server={"resources": resources}))[1] == []
+    over = {"requests": {**full, "example.com/nic": "1"}}
+    with pytest.raises(SpecError) as caught:
+        parse_batched_model(minimal(server={"resources": over}))
+    assert [v.path for v in caught.value.violations] == ["spec.server.resources.requests"]
+    assert "spec.server.resources.requests" in crd_admission(minimal(server={"resources": over}))[1]
+
+
 def test_huge_exponents_are_refused_at_the_field() -> None:
     manifest = minimal(server={"resources": {"limits": {"cpu": "1e99999"}}})
     with pytest.raises(SpecError) as caught:

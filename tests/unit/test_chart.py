@@ -91,7 +91,8 @@ _ENDPOINT = {
     "additionalProperties": False,
     "required": ["port"],
     "properties": {"port": {"type": "string"}, "path": {"type": "string"},
-                   "interval": _DURATION, "scrapeTimeout": _DURATION,
+                   "honorLabels": {"type": "boolean"}, "interval": _DURATION,
+                   "scrapeTimeout": _DURATION,
                    "relabelings": {"type": "array", "items": _RELABEL}},
 }
 _META = {
@@ -384,6 +385,44 @@ def test_two_replicas_get_a_disruption_budget_and_spread(helm: str) -> None:
     term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+
+
+# Labels the Prometheus Operator puts on every target of a ServiceMonitor / PodMonitor.
+_TARGET_LABELS = {"namespace", "service", "pod", "container", "endpoint", "job", "instance"}
+
+
+def _operator_series_labels() -> set[str]:
+    """Label names on the operator's own /metrics (one model observed, all families)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from batchop.metrics import OperatorMetrics
+
+    m = OperatorMetrics(process_collectors=False)
+    m.record_decision("ml", "bm", "delay", "p99 over SLO")
+    m.set_condition("ml", "bm", "CapacityLimited", True)
+    text = generate_latest(m.registry).decode()
+    return {k for f in text_string_to_metric_families(text) for s in f.samples for k in s.labels}
+
+
+def test_service_monitor_keeps_the_operators_namespace_label(helm: str) -> None:
+    """The operator's series carry the BatchedModel's `namespace`; Prometheus keeps a
+    scraped label that clashes with a target label only with honorLabels (otherwise it
+    becomes exported_namespace and the alert joins and dashboard panels miss)."""
+    clash = _operator_series_labels() & _TARGET_LABELS
+    assert "namespace" in clash, clash
+    (monitor,) = by_kind(render(helm, ALL_ON), "ServiceMonitor")
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint.get("honorLabels") is True, endpoint
+
+
+def test_triton_pod_monitor_takes_namespace_and_pod_from_the_target(helm: str) -> None:
+    """Triton's series carry no namespace or pod of their own, so the target's must win:
+    honorLabels stays off, and the BatchedModel label comes from the pod by relabeling."""
+    (monitor,) = by_kind(render(helm, ALL_ON), "PodMonitor")
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        assert not endpoint.get("honorLabels", False), endpoint
+        assert any(r["targetLabel"] == "batchedmodel" for r in endpoint["relabelings"])
 
 
 def test_notes_say_where_things_are(helm: str) -> None:

@@ -162,3 +162,21 @@ def test_prestop_sleep_is_read_from_the_triton_container_only() -> None:
     assert prestop_sleep_s(pod) == 5.0
     exec_only = _pod([], lifecycle={"preStop": {"exec": {"command": ["true"]}}})
     assert prestop_sleep_s(exec_only) == 0.0
+    exec_sleep = _pod([], lifecycle={"preStop": {"exec": {"command": ["sleep", "5"]}}})
+    assert prestop_sleep_s(exec_sleep) == 5.0
+    bad = _pod([], lifecycle={"preStop": {"exec": {"command": ["sleep", "soon"]}}})
+    assert prestop_sleep_s(bad) == 0.0
+
+
+def test_prestop_sleep_of_a_rendered_pod_is_the_drain_time() -> None:
+    """The runner honours the hook batchop renders (whatever its form)."""
+    from bm_samples import minimal
+
+    from batchop.api import constants as c
+    from batchop.api.models import parse_batched_model
+    from batchop.render.deployment import render_deployment
+    from batchop.render.options import RenderOptions
+
+    deployment = render_deployment(parse_batched_model(minimal()), RenderOptions())
+    pod = {"spec": deployment["spec"]["template"]["spec"]}
+    assert prestop_sleep_s(pod) == c.DRAIN_SECONDS

@@ -142,7 +142,10 @@ def test_ports_and_probes() -> None:
     assert main["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert main["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     # A stopping pod keeps serving while endpoints drop it, well within its grace period.
-    drain = main["lifecycle"]["preStop"]["sleep"]["seconds"]
+    # exec sleep, not the sleep action (unknown to Kubernetes before 1.29).
+    sleep, seconds = main["lifecycle"]["preStop"]["exec"]["command"]
+    drain = int(seconds)
+    assert sleep == "sleep"
     grace = render_deployment(bm(), RenderOptions())["spec"]["template"]["spec"][
         "terminationGracePeriodSeconds"]
     assert 0 < drain < grace

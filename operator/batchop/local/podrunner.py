@@ -215,10 +215,20 @@ def ports_in_use(spec: LaunchSpec) -> str | None:
 
 
 def prestop_sleep_s(pod: Pod) -> float:
-    """The Triton container's preStop sleep (seconds), which a kubelet runs before SIGTERM."""
+    """The Triton container's preStop sleep (seconds), which a kubelet runs before SIGTERM.
+
+    Either kubelet's sleep action or an exec of `sleep N` (what batchop renders, as the
+    sleep action is unknown to older Kubernetes); any other hook counts as no wait.
+    """
     for container in pod.get("spec", {}).get("containers", []):
         if container.get("name") == CONTAINER_NAME:
             pre_stop = (container.get("lifecycle") or {}).get("preStop") or {}
+            command = (pre_stop.get("exec") or {}).get("command") or []
+            if len(command) == 2 and command[0] in ("sleep", "/bin/sleep"):
+                try:
+                    return float(command[1])
+                except ValueError:
+                    return 0.0
             return float((pre_stop.get("sleep") or {}).get("seconds") or 0)
     return 0.0
 

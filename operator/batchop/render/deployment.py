@@ -88,8 +88,10 @@ def _container(bm: BatchedModel, options: RenderOptions) -> dict[str, Any]:
         "startupProbe": _probe(READY_PATH, period=5, failures=180),
         "readinessProbe": _probe(READY_PATH, period=5, failures=3),
         "livenessProbe": _probe(LIVE_PATH, period=10, failures=3),
-        # Keep serving while endpoints drop the pod (kubelet's sleep action: no binary needed).
-        "lifecycle": {"preStop": {"sleep": {"seconds": c.DRAIN_SECONDS}}},
+        # Keep serving while endpoints drop the pod. An exec of the image's sleep rather than
+        # kubelet's sleep action: that field is unknown before Kubernetes 1.29 (off by
+        # default until 1.30), and Triton's image has /bin/sleep.
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(c.DRAIN_SECONDS)]}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "privileged": False,
