@@ -12,12 +12,12 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml operator/dev/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,local]'
-	$(BIN)/python -m batchop.local.tools
-	$(BIN)/python -m batchop.local.prometheus --install
+	$(BIN)/python -m pip install -q -e '.[test,local]' -e ./operator/dev
+	$(BIN)/python -m batchop_dev.local.tools
+	$(BIN)/python -m batchop_dev.local.prometheus --install
 	@touch $(STAMP)
 
 lint: install
@@ -29,7 +29,7 @@ unit: install
 # etcd, kube-* and kwok built from Go modules into ~/.cache/batchop (skipped when present;
 # the first, cold build takes tens of minutes and prints progress).
 cluster-binaries: install
-	$(BIN)/python -m batchop.local.build
+	$(BIN)/python -m batchop_dev.local.build
 
 test: install lint cluster-binaries
 	$(BIN)/python -m pytest -q
@@ -50,4 +50,4 @@ bench: install
 	$(BIN)/python bench/sim_speed.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info operator/*.egg-info
+	rm -rf $(VENV) build *.egg-info operator/*.egg-info operator/dev/*.egg-info

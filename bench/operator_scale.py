@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from batchop.api.constants import PROM_LABEL_MODEL
-from batchop.local.cluster import LocalCluster
 from batchop.provenance import Provenance
+from batchop_dev.local.cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "batchedmodel.yaml"

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from batchop.local.bursts import TRACE_SCALE, TRACE_SECONDS, TRACE_START_S
+from batchop_dev.local.bursts import TRACE_SCALE, TRACE_SECONDS, TRACE_START_S
 
 
 def register(subparsers: Any) -> None:
@@ -49,9 +49,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     trace = None
     if args.trace is not None:
-        from batchop.local.bursts import find_trace, trace_slice
-        from batchop.local.demo import EXAMPLES
         from batchop.sim.trace import TraceError, load_trace
+        from batchop_dev.local.bursts import find_trace, trace_slice
+        from batchop_dev.local.demo import EXAMPLES
 
         if args.duration is not None:
             print("batchop demo: --duration: not with --trace (use --trace-seconds)",
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
 
-    from batchop.local.demo import main_exit_code, run_demo
+    from batchop_dev.local.demo import main_exit_code, run_demo
 
     result = run_demo(duration_s=trace.end if trace is not None else duration,
                       report_dir=args.report, sample_s=args.sample, cluster_name=args.name,

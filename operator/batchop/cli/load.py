@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from batchop.local.load import (
+    from batchop.sim.trace import TraceError, constant_trace, load_trace
+    from batchop_dev.local.load import (
         BatchedModelPods,
         LoadError,
         StaticTargets,
@@ -65,7 +66,6 @@ def run(args: argparse.Namespace) -> int:
         scale_trace,
         stderr_progress,
     )
-    from batchop.sim.trace import TraceError, constant_trace, load_trace
 
     try:
         if Path(args.json).is_dir():

@@ -52,9 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from batchop.local.build import BuildError
-    from batchop.local.cluster import ClusterError, LocalCluster
-    from batchop.local.versions import PinError
+    from batchop_dev.local.build import BuildError
+    from batchop_dev.local.cluster import ClusterError, LocalCluster
+    from batchop_dev.local.versions import PinError
 
     try:
         if args.action == "up":
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_status(cluster: object, output: str, path: str | None = None) -> int:
-    from batchop.local.cluster import LocalCluster
+    from batchop_dev.local.cluster import LocalCluster
 
     assert isinstance(cluster, LocalCluster)
     state = cluster.status()

@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     progress.done()
     text = json.dumps(result, indent=1, default=_jsonable)
     if args.plot:  # first: a plot that fails leaves no JSON behind
-        from batchop.sim.plot import plot_timeline
+        from batchop_dev.plot import plot_timeline
 
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         plot_timeline(result, args.plot)

@@ -80,8 +80,8 @@ RESULT_KEYS = (
 def shared_dir() -> Path:
     """`<repo>/../shared`, where the example profiles and traces live."""
     here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "pyproject.toml").is_file():
+    for parent in here.parents:  # the repository root: the one with crds/ beside pyproject
+        if (parent / "pyproject.toml").is_file() and (parent / "crds").is_dir():
             return parent.parent / "shared"
     return Path.cwd().parent / "shared"
 
@@ -194,7 +194,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         )
         row.update({k: result[k] for k in RESULT_KEYS})
         if job.get("plot_dir"):
-            from batchop.sim.plot import plot_timeline
+            from batchop_dev.plot import plot_timeline
 
             name = f"{job['profile_name']}-{job['trace_name']}-{row['label'].replace(' ', '-')}"
             plot_timeline(result, Path(job["plot_dir"]) / f"{name}.png")
