@@ -1,5 +1,6 @@
 # batchop — every target works from nothing and is idempotent.
 #   make install   .venv with the package, batchop-dev (operator/dev), test tools, kubectl, helm
+#   make image     the operator image, with podman from a Debian base (no Docker, no registry)
 #   make test      every test (what CI runs)
 #   make demo      the main job on the embedded local stack
 
@@ -8,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit lint crd dashboard demo bench clean cluster-binaries
+.PHONY: install test unit lint crd dashboard demo bench clean cluster-binaries image
 
 install: $(STAMP)
 
@@ -41,6 +42,12 @@ crd: install
 # The chart's Grafana dashboard and alert rules, generated from batchop.dashboard.
 dashboard: install
 	$(BIN)/python -m batchop.dashboard charts/batchop/files
+
+# The operator image (runtime distribution only), built with podman from a Debian base made by
+# mmdebstrap (cached in ~/.cache/batchop/image); podman, buildah, mmdebstrap and runc are
+# installed with apt-get where absent. Reused when its inputs have not changed.
+image: install
+	$(BIN)/python -m batchop_dev.image --check
 
 demo: install cluster-binaries
 	$(BIN)/batchop demo --report reports/demo
