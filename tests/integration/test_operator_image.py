@@ -8,8 +8,6 @@ containers here.
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from batchop_dev.image import ImageError, OperatorImage, ensure_image, missing_tools, run_in_image
@@ -25,10 +23,8 @@ def image() -> OperatorImage:
         if missing_tools():
             pytest.skip(f"podman/mmdebstrap not available and not installable here: {exc}")
         raise
-    probe = subprocess.run(["podman", "run", "--rm", "--runtime", "runc", "--network", "none",
-                            "--entrypoint", "true", built.tag], capture_output=True, text=True,
-                           timeout=120)
-    if probe.returncode != 0 and "ulimit" not in probe.stderr:
+    probe = run_in_image(built, ["true"])
+    if probe.returncode != 0:
         pytest.skip(f"podman cannot run containers on this machine: {probe.stderr[-500:]}")
     return built
 
