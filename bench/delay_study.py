@@ -15,13 +15,13 @@ import argparse
 import math
 from pathlib import Path
 
-from batchop.cli.bench import BENCH_DEFAULTS
 from batchop.sim.baselines import oracle_table, static_policy
 from batchop.sim.engine import SimConfig, SimPolicy, simulate
 from batchop.sim.profile import Profile, load_profile
 from batchop.sim.report import summarize
 from batchop.sim.trace import constant_trace
 from batchop.tuning.types import TuningSpec
+from batchop_dev.bench import BENCH_DEFAULTS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "profiles"
 DELAYS = (0, 500, 1000, 2000, 4000, 8000)

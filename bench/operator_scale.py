@@ -17,7 +17,7 @@ queue-delay tuning on every 5 s, then starts one `batchop run` and measures:
 - Prometheus queries per tick, counted by Prometheus itself (prometheus_http_requests_total).
 
 Prometheus, its PromQL and the operator are real: for each N the local stack's Prometheus
-(batchop.local.prometheus, Debian's build) scrapes every --scrape-interval s, and the operator's
+(batchop_dev.local.prometheus, Debian's build) scrapes every --scrape-interval s, and the operator's
 observer sends it its own queries. THE ONE STAND-IN IS THE SCRAPE TARGETS: there are no Triton
 pods at N=1000 (KWOK), so one synthetic exporter (bench/synthetic_triton.py) stands in for N
 Triton pods, scraped as N targets labelled as the pod relabeling labels a Triton pod, each
@@ -52,10 +52,10 @@ from typing import Any
 
 from synthetic_triton import SyntheticTritonExporter
 
-from batchop.local.cluster import LocalCluster
-from batchop.local.prometheus import PrometheusServer
 from batchop.observe.prometheus import PrometheusObserver
 from batchop.provenance import Provenance
+from batchop_dev.local.cluster import LocalCluster
+from batchop_dev.local.prometheus import PrometheusServer
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "batchedmodel.yaml"

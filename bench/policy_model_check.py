@@ -16,11 +16,11 @@ import math
 import statistics
 from pathlib import Path
 
-from batchop.cli.bench import BENCH_DEFAULTS
 from batchop.sim.baselines import oracle_table
 from batchop.sim.profile import Profile, load_profile
 from batchop.tuning.curve import prior_curve
 from batchop.tuning.model import capacity_at_slo, predict
+from batchop_dev.bench import BENCH_DEFAULTS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "profiles"
 

@@ -3,7 +3,7 @@
 At 1,000 BatchedModels there are no Triton pods to scrape (the local cluster runs them on KWOK
 fake nodes), yet the operator's tick must be measured against a real Prometheus answering the
 observer's real PromQL over N models. This exporter is the only stand-in: a real Prometheus
-(batchop.local.prometheus) scrapes it as N targets, one per synthetic pod, and the operator's
+(batchop_dev.local.prometheus) scrapes it as N targets, one per synthetic pod, and the operator's
 PrometheusObserver queries that Prometheus as it would in a cluster.
 
 Each target is the same address with `?pod=<name>` (the `__param_pod` target label) and

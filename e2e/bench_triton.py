@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from batchop.local.load import StaticTargets, run_load
-from batchop.local.triton import TritonProcess, write_model_repository
-from batchop.local.triton.metrics import scrape
 from batchop.sim.profile import load_profile
 from batchop.sim.trace import constant_trace
+from batchop_dev.local.load import StaticTargets, run_load
+from batchop_dev.local.triton import TritonProcess, write_model_repository
+from batchop_dev.local.triton.metrics import scrape
 
 PROFILE = Path(__file__).resolve().parents[1] / "examples" / "profiles" / "cpu-demo.yaml"
 

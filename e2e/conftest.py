@@ -5,7 +5,7 @@
 kubelet (with KWOK's default stage a new pod was Ready, and sent requests, a second before its
 Triton listened).
 
-`stack` (session scope): a `batchop.local.stack.LocalStack` on the test cluster: a real
+`stack` (session scope): a `batchop_dev.local.stack.LocalStack` on the test cluster: a real
 Prometheus discovering the cluster's BatchedModel pods (5 s scrapes) and the pod runner
 running a real tritonserver per Running pod. `stack.repository_dir` is a folder for model
 repositories; `stack.prometheus.url`, `stack.runner`, `stack.observer()` are the handles.
@@ -38,7 +38,7 @@ def operator(stack: Any) -> Any:
 @pytest.fixture(scope="session")
 def stack(cluster: Any, tmp_path_factory: pytest.TempPathFactory,
           pytestconfig: pytest.Config) -> Iterator[Any]:
-    from batchop.local.stack import LocalStack
+    from batchop_dev.local.stack import LocalStack
 
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
 

@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from batchop.local.bursts import (
+from batchop.sim.trace import TraceError, load_trace
+from batchop_dev.local.bursts import (
     TRACE_SCALE,
     TRACE_START_S,
     find_trace,
@@ -35,8 +36,7 @@ from batchop.local.bursts import (
     verdict_lines,
     window_table,
 )
-from batchop.local.demo import run_demo
-from batchop.sim.trace import TraceError, load_trace
+from batchop_dev.local.demo import run_demo
 
 pytestmark = pytest.mark.e2e
 

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from batchop.local.triton import TritonProcess, write_model_repository
-from batchop.local.triton.calibrate import CalibrationPoint, measure_sync
 from batchop.sim.profile import Profile, load_profile
+from batchop_dev.local.triton import TritonProcess, write_model_repository
+from batchop_dev.local.triton.calibrate import CalibrationPoint, measure_sync
 
 pytestmark = pytest.mark.e2e
 

@@ -28,11 +28,11 @@ import yaml
 
 from batchop import dashboard
 from batchop.api.models import parse_batched_model
-from batchop.local.load import BatchedModelPods, run_load
-from batchop.local.prometheus import PrometheusServer
-from batchop.local.triton import write_model_repository
 from batchop.sim.profile import load_profile
 from batchop.sim.trace import Trace
+from batchop_dev.local.load import BatchedModelPods, run_load
+from batchop_dev.local.prometheus import PrometheusServer
+from batchop_dev.local.triton import write_model_repository
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from batchop.local.demo import run_demo
+from batchop_dev.local.demo import run_demo
 
 pytestmark = pytest.mark.e2e
 

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from batchop.api.constants import LABEL_MODEL
-from batchop.local.load import BatchedModelPods
-from batchop.local.triton import write_model_repository
 from batchop.sim.profile import load_profile
+from batchop_dev.local.load import BatchedModelPods
+from batchop_dev.local.triton import write_model_repository
 
 pytestmark = pytest.mark.e2e
 

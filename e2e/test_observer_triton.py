@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from batchop.local.load import StaticTargets, run_load
-from batchop.local.prometheus import PrometheusServer
-from batchop.local.triton import TritonProcess, write_model_repository
 from batchop.observe.prometheus import BM_LABEL, PrometheusObserver, build_observation
 from batchop.sim.profile import load_profile
 from batchop.sim.trace import constant_trace
+from batchop_dev.local.load import StaticTargets, run_load
+from batchop_dev.local.prometheus import PrometheusServer
+from batchop_dev.local.triton import TritonProcess, write_model_repository
 
 pytestmark = pytest.mark.e2e
 

@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 
 from batchop.act.triton_reload import get_model_config, grpc_url, set_queue_delay_sync
-from batchop.local.load import StaticTargets, run_load
-from batchop.local.triton import TritonProcess, write_model_repository
-from batchop.local.triton.metrics import failures_by_reason
 from batchop.sim.profile import Profile
 from batchop.sim.trace import constant_trace
 from batchop.tuning.overload import QUEUE, QueuePolicy, live_queue_policy
+from batchop_dev.local.load import StaticTargets, run_load
+from batchop_dev.local.triton import TritonProcess, write_model_repository
+from batchop_dev.local.triton.metrics import failures_by_reason
 
 pytestmark = pytest.mark.e2e
 

@@ -23,11 +23,11 @@ import yaml
 
 from batchop.api.constants import LABEL_MODEL
 from batchop.api.models import parse_batched_model
-from batchop.local.load import StaticTargets, run_load
-from batchop.local.triton import write_model_repository
 from batchop.render import RenderOptions, render_children
 from batchop.sim.profile import load_profile
 from batchop.sim.trace import constant_trace
+from batchop_dev.local.load import StaticTargets, run_load
+from batchop_dev.local.triton import write_model_repository
 
 pytestmark = pytest.mark.e2e
 

@@ -27,12 +27,12 @@ from batchop.act.triton_reload import (
     set_queue_delay,
     set_queue_delay_sync,
 )
-from batchop.local.load import StaticTargets, run_load
-from batchop.local.triton import TritonProcess, write_model_repository
-from batchop.local.triton.metrics import scrape
-from batchop.local.triton.process import session_pids
 from batchop.sim.profile import load_profile
 from batchop.sim.trace import constant_trace
+from batchop_dev.local.load import StaticTargets, run_load
+from batchop_dev.local.triton import TritonProcess, write_model_repository
+from batchop_dev.local.triton.metrics import scrape
+from batchop_dev.local.triton.process import session_pids
 
 pytestmark = pytest.mark.e2e
 

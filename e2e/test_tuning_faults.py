@@ -26,11 +26,11 @@ import yaml
 from batchop.act.triton_reload import get_model_config
 from batchop.api.constants import ANNOTATION_DELAY, LABEL_MODEL
 from batchop.api.models import parse_batched_model
-from batchop.local.demo import _LoadThread
-from batchop.local.load import BatchedModelPods, run_load
-from batchop.local.triton import write_model_repository
 from batchop.sim.profile import load_profile
 from batchop.sim.trace import Trace
+from batchop_dev.local.demo import _LoadThread
+from batchop_dev.local.load import BatchedModelPods, run_load
+from batchop_dev.local.triton import write_model_repository
 
 pytestmark = pytest.mark.e2e
 

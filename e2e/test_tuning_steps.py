@@ -52,9 +52,9 @@ import yaml
 
 from batchop.api.constants import LABEL_MODEL
 from batchop.api.models import parse_batched_model
-from batchop.local.steps import client_p99
-from batchop.local.triton import write_model_repository
 from batchop.sim.profile import load_profile
+from batchop_dev.local.steps import client_p99
+from batchop_dev.local.triton import write_model_repository
 
 pytestmark = pytest.mark.e2e
 

@@ -74,7 +74,7 @@ class AsServiceAccount:
 
 
 def _helm_binary() -> str:
-    from batchop.local.tools import ensure_tools
+    from batchop_dev.local.tools import ensure_tools
 
     ensure_tools()
     return str(Path(sys.prefix) / "bin" / "helm")
@@ -153,7 +153,7 @@ def can_i(
     a SelfSubjectAccessReview with the group spelled out, so kinds the cluster does not
     serve (PodMonitor without the Prometheus Operator) are checked too.
     """
-    from batchop.local.cluster import find_kubectl
+    from batchop_dev.local.cluster import find_kubectl
 
     resource, _, sub = resource.partition("/")
     plural, _, group = resource.partition(".")

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from batchop.local.cluster import SERVICE_CIDR, LocalCluster
-from batchop.local.nodes import GPU_RESOURCE, LOCAL_LABEL, POD_NETWORK
+from batchop_dev.local.cluster import SERVICE_CIDR, LocalCluster
+from batchop_dev.local.nodes import GPU_RESOURCE, LOCAL_LABEL, POD_NETWORK
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from batchop.local.build import BuildError, cache_root, find_go, go_env, run_logged
+from batchop_dev.local.build import BuildError, cache_root, find_go, go_env, run_logged
 
 Progress = Callable[[str], None]
 

@@ -46,7 +46,7 @@ def _run(*command: str) -> str:
 def rendered() -> dict[str, list[dict[str, Any]]]:
     """What batchop puts in a cluster: `batchop render` of each example and `helm template`
     of the chart (CRD included), by source."""
-    from batchop.local.tools import ensure_tools
+    from batchop_dev.local.tools import ensure_tools
 
     ensure_tools()
     bin_dir = Path(sys.prefix) / "bin"

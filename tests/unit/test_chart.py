@@ -1,6 +1,6 @@
 """The Helm chart: lint, render, validate against Kubernetes schemas, least privilege, values.
 
-Runs the real helm binary (extracted into the venv by batchop.local.tools); no cluster.
+Runs the real helm binary (extracted into the venv by batchop_dev.local.tools); no cluster.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ VALUE_SETS = {
 
 @pytest.fixture(scope="session")
 def helm() -> str:
-    from batchop.local.tools import ensure_tools
+    from batchop_dev.local.tools import ensure_tools
 
     ensure_tools()
     path = Path(sys.prefix) / "bin" / "helm"
@@ -438,7 +438,7 @@ def test_notes_say_where_things_are(helm: str) -> None:
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    from batchop.local.prometheus import ensure_binary
+    from batchop_dev.local.prometheus import ensure_binary
 
     path = ensure_binary().parent / "promtool"
     assert path.is_file(), f"no promtool beside {path.parent / 'prometheus'}"

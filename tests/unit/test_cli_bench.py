@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from cli_samples import TINY_PROFILE, write_inputs
 
-from batchop.cli import bench
 from batchop.cli.main import main
+from batchop_dev import bench
 
 PROFILE = TINY_PROFILE
 TRACE = "second,rps\n0,200\n40,900\n80,200\n120,0\n"

@@ -10,7 +10,7 @@ import pytest
 from cli_samples import TINY_PROFILE
 
 from batchop.cli.main import main
-from batchop.sim.plot import (
+from batchop_dev.plot import (
     format_ms,
     latency_range,
     latency_ticks,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from batchop.local.demo import (
+from batchop_dev.local.demo import (
     STEPS,
     TABLE_HEADER,
     DemoResult,

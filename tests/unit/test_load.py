@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from batchop.cli.main import main
-from batchop.local.load import (
+from batchop.sim.trace import Trace, constant_trace
+from batchop_dev.local.load import (
     SUSTAINED_RPS,
     LoadError,
     StaticTargets,
@@ -18,7 +19,6 @@ from batchop.local.load import (
     scale_trace,
     summarize,
 )
-from batchop.sim.trace import Trace, constant_trace
 
 
 def test_arrivals_follow_each_segment_rate() -> None:

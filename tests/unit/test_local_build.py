@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from batchop.local import build, tools
-from batchop.local.versions import Pins
+from batchop_dev.local import build, tools
+from batchop_dev.local.versions import Pins
 
 PINS = Pins(kubernetes="v1.34.4", etcd="v3.6.4", kwok="v0.8.0")
 

@@ -1,4 +1,4 @@
-"""The bursty-trace judge (batchop.local.bursts): slicing, windows, gaps, verdicts."""
+"""The bursty-trace judge (batchop_dev.local.bursts): slicing, windows, gaps, verdicts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from batchop.cli.main import main
-from batchop.local.bursts import (
+from batchop.sim.trace import Trace, TraceError
+from batchop_dev.local.bursts import (
     burst_gaps,
     find_trace,
     judge,
@@ -18,8 +19,7 @@ from batchop.local.bursts import (
     window_table,
     windows,
 )
-from batchop.local.load import is_rejection, summarize
-from batchop.sim.trace import Trace, TraceError
+from batchop_dev.local.load import is_rejection, summarize
 
 SLO = 40.0
 

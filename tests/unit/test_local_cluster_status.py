@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from batchop.local.cluster import ClusterError, LocalCluster, PortInUse, summarize_nodes
+from batchop_dev.local.cluster import ClusterError, LocalCluster, PortInUse, summarize_nodes
 
 
 def _node(name: str, gpus: str, ready: str = "True") -> dict:

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from batchop.local import nodes
+from batchop_dev.local import nodes
 
 
 def test_each_node_gets_its_own_loopback_slash_24() -> None:

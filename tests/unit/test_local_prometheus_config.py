@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from batchop.local.prometheus import JOB_NAME, render_config
 from batchop.observe.prometheus import BM_LABEL, POD_LABEL
+from batchop_dev.local.prometheus import JOB_NAME, render_config
 
 
 def _relabel_targets(job: dict) -> dict[str, str]:
@@ -42,7 +42,7 @@ def test_static_targets_only_without_kubeconfig() -> None:
 
 
 def test_file_sd_targets_carry_kubernetes_sd_meta_labels() -> None:
-    from batchop.local.prometheus import pod_targets
+    from batchop_dev.local.prometheus import pod_targets
 
     pod = {
         "metadata": {"namespace": "ns", "name": "p", "uid": "u", "labels": {POD_LABEL: "bm"}},

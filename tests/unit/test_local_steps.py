@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from batchop.local.demo import summary_lines
-from batchop.local.steps import client_p99, judge_steps, knob_changes, summary
+from batchop_dev.local.demo import summary_lines
+from batchop_dev.local.steps import client_p99, judge_steps, knob_changes, summary
 
 
 def test_knob_changes_compare_each_decision_with_the_one_before() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from batchop.local import versions
+from batchop_dev.local import versions
 
 KUBE_GOMOD = """\
 module k8s.io/kubernetes

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from batchop.local.podrunner import (
+from batchop_dev.local.podrunner import (
     ContainerState,
     LaunchSpec,
     PodSpecError,
@@ -140,8 +140,8 @@ def test_waiting_container_reports_reason_and_message() -> None:
 def test_ports_in_use_names_the_taken_address() -> None:
     import socket
 
-    from batchop.local.podrunner import ports_in_use
-    from batchop.local.prometheus import free_port
+    from batchop_dev.local.podrunner import ports_in_use
+    from batchop_dev.local.prometheus import free_port
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
         held.bind(("127.0.0.1", 0))

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from batchop.local.triton.install import ensure_installed
-from batchop.local.triton.model_repo import render_config, write_model_repository
 from batchop.sim.profile import load_profile
+from batchop_dev.local.triton.install import ensure_installed
+from batchop_dev.local.triton.model_repo import render_config, write_model_repository
 
 PROFILE = Path(__file__).resolve().parents[2] / "examples" / "profiles" / "cpu-demo.yaml"
 

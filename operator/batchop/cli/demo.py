@@ -7,13 +7,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from batchop.local.bursts import TRACE_SCALE, TRACE_SECONDS, TRACE_START_S
+from batchop.cli import devpart
+
+HELP = "run the whole stack locally under a stepped load (or a trace) and write a report"
 
 
 def register(subparsers: Any) -> None:
+    bursts = devpart.load("batchop_dev.local.bursts")  # the trace slice's defaults
+    if bursts is None:
+        devpart.register_placeholder(subparsers, "demo", HELP)
+        return
     p = subparsers.add_parser(
         "demo",
-        help="run the whole stack locally under a stepped load (or a trace) and write a report",
+        help=HELP,
         description="Bring up the local cluster, Prometheus, the pod runner (a real tritonserver "
         "per pod) and the operator; apply examples/cpu-demo.yaml; drive a load that steps up "
         "and back down while printing a live table; write DIR/report.json and DIR/report.png; "
@@ -27,12 +33,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--trace", metavar="NAME|PATH",
                    help="replay this trace CSV (a path, or a name in ../shared/traces, e.g. "
                    "azure-code) instead of the steps; --trace-* apply")
-    p.add_argument("--trace-start", type=float, default=TRACE_START_S, metavar="S",
+    p.add_argument("--trace-start", type=float, default=bursts.TRACE_START_S, metavar="S",
                    help="second of the trace where the replay starts (default %(default)g, around "
                    "azure-code's bursts)")
-    p.add_argument("--trace-seconds", type=float, default=TRACE_SECONDS, metavar="S",
+    p.add_argument("--trace-seconds", type=float, default=bursts.TRACE_SECONDS, metavar="S",
                    help="seconds of the trace to replay, in real time (default %(default)g)")
-    p.add_argument("--trace-scale", type=float, default=TRACE_SCALE, metavar="X",
+    p.add_argument("--trace-scale", type=float, default=bursts.TRACE_SCALE, metavar="X",
                    help="multiply the trace's rates (azure-code peaks at 67,000 req/s; one "
                    "demo replica serves ~360; default %(default)g)")
     p.add_argument("--report", type=Path, default=Path("reports/demo"), metavar="DIR",
@@ -47,11 +53,12 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    devpart.require("batchop demo")
     trace = None
     if args.trace is not None:
-        from batchop.local.bursts import find_trace, trace_slice
-        from batchop.local.demo import EXAMPLES
         from batchop.sim.trace import TraceError, load_trace
+        from batchop_dev.local.bursts import find_trace, trace_slice
+        from batchop_dev.local.demo import EXAMPLES
 
         if args.duration is not None:
             print("batchop demo: --duration: not with --trace (use --trace-seconds)",
@@ -77,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
 
-    from batchop.local.demo import main_exit_code, run_demo
+    from batchop_dev.local.demo import main_exit_code, run_demo
 
     result = run_demo(duration_s=trace.end if trace is not None else duration,
                       report_dir=args.report, sample_s=args.sample, cluster_name=args.name,

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from batchop.cli import devpart
 from batchop.cli.flags import bounded_int, namespaced_name, positive_float
 
 # As for the simulator: arrivals are drawn up front, one entry per request.
@@ -56,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import json
 
-    from batchop.local.load import (
+    devpart.require("batchop load")
+    from batchop.sim.trace import TraceError, constant_trace, load_trace
+    from batchop_dev.local.load import (
         BatchedModelPods,
         LoadError,
         StaticTargets,
@@ -65,7 +68,6 @@ def run(args: argparse.Namespace) -> int:
         scale_trace,
         stderr_progress,
     )
-    from batchop.sim.trace import TraceError, constant_trace, load_trace
 
     try:
         if Path(args.json).is_dir():

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
+from batchop.cli import devpart
 from batchop.cli.output import add_output_flag, emit
 
 DEFAULT_NAME = "batchop"
@@ -50,11 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    devpart.require(f"batchop local {args.action}")
     from pathlib import Path
 
-    from batchop.local.build import BuildError
-    from batchop.local.cluster import ClusterError, LocalCluster
-    from batchop.local.versions import PinError
+    from batchop_dev.local.build import BuildError
+    from batchop_dev.local.cluster import ClusterError, LocalCluster
+    from batchop_dev.local.versions import PinError
 
     try:
         if args.action == "up":
@@ -84,10 +87,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _print_status(cluster: object, output: str, path: str | None = None) -> int:
-    from batchop.local.cluster import LocalCluster
-
-    assert isinstance(cluster, LocalCluster)
+def _print_status(cluster: Any, output: str, path: str | None = None) -> int:
+    """`cluster`: a batchop_dev.local.cluster.LocalCluster (not imported here: the runtime
+    package imports batchop-dev only after devpart.require)."""
     state = cluster.status()
     if output != "text":
         emit({

@@ -2,7 +2,7 @@
 
 Each command module defines `register(subparsers)` which adds its parser and sets
 `func` (a callable taking the parsed args and returning an exit code). Modules are
-imported eagerly but must keep heavy imports (kopf, matplotlib, tritonclient) inside
+imported eagerly but must keep heavy imports (kopf, tritonclient, batchop-dev's) inside
 their `run` functions so that `batchop --help` stays fast.
 """
 
@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 
+from batchop.cli.devpart import DevPartMissing
 from batchop.cli.flags import Parser
 from batchop.inputs import InputError
 
@@ -66,7 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; every failure ends as one line on stderr and an exit code, never a
     traceback (BATCHOP_DEBUG=1 shows the traceback of an unexpected error)."""
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        # Known args only, so a placeholder command (batchop-dev absent) takes any flags
+        # and says what it needs; every other command still refuses unknown ones.
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "takes_any_args", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help, --version, or a usage error already reported
         if exc.code is None or isinstance(exc.code, int):
             return exc.code or 0
@@ -80,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"batchop {args.command}: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    except DevPartMissing as exc:
+        print(f"batchop {args.command}: {exc}", file=sys.stderr)
+        return EXIT_RUNTIME
     except OSError as exc:
         target = f"{exc.filename}: " if exc.filename else ""
         print(f"batchop {args.command}: {target}{exc.strerror or exc}", file=sys.stderr)

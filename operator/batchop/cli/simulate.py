@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from batchop.cli import devpart
 from batchop.cli.flags import bounded_int, positive_float
 from batchop.sim.policy_names import POLICY_NAMES
 
@@ -135,15 +136,10 @@ def check_outputs(args: argparse.Namespace) -> str | None:
     if args.plot:
         if Path(args.plot).is_dir():
             return f"--plot {args.plot}: is a directory; give a file name"
-        from matplotlib.backend_bases import FigureCanvasBase
+        devpart.require("batchop simulate --plot")
+        from batchop_dev.plot import unsupported_type
 
-        kinds = sorted(FigureCanvasBase.get_supported_filetypes())
-        suffix = Path(args.plot).suffix.lstrip(".").lower()
-        if suffix not in kinds:
-            return (
-                f"--plot {args.plot}: unsupported image type {suffix or '(none)'!r}; "
-                f"use one of {', '.join(kinds)}"
-            )
+        return unsupported_type(args.plot)
     return None
 
 
@@ -200,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
     progress.done()
     text = json.dumps(result, indent=1, default=_jsonable)
     if args.plot:  # first: a plot that fails leaves no JSON behind
-        from batchop.sim.plot import plot_timeline
+        devpart.require("batchop simulate --plot")
+        from batchop_dev.plot import plot_timeline
 
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         plot_timeline(result, args.plot)

@@ -210,28 +210,42 @@ class PrometheusObserver:
     """Thin shell: runs `build_queries` against a Prometheus, one query per metric.
 
     `observe()` raises `PrometheusUnavailable` when Prometheus cannot answer; a BatchedModel
-    with no data is simply absent from the result (or has its parts in `missing`).
+    with no data is simply absent from the result (or has its parts in `missing`). Speaks
+    Prometheus's HTTP API (/api/v1/query, /api/v1/query_range) with `requests` directly:
+    a client library would bring pandas and matplotlib into the operator's image.
     """
 
     def __init__(self, url: str, *, window: str = "1m", timeout_s: float = 5.0) -> None:
-        from prometheus_api_client import PrometheusConnect
+        import requests
 
         self.url = url
         self.queries = build_queries(window)
         self.history_query = history_query(window)
         self.timeout_s = timeout_s
-        self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+        self._session = requests.Session()
         self.queries_sent = 0
 
-    def query(self, promql: str) -> list[dict[str, Any]]:
+    def _get(self, path: str, params: dict[str, str]) -> list[dict[str, Any]]:
+        """One API call; its `data.result`, or PrometheusUnavailable saying why not."""
         import requests
-        from prometheus_api_client.exceptions import PrometheusApiClientException
 
         self.queries_sent += 1
         try:
-            return list(self._prom.custom_query(promql))
-        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
+            reply = self._session.get(f"{self.url.rstrip('/')}{path}", params=params,
+                                      timeout=self.timeout_s)
+            body = reply.json()
+        except (requests.RequestException, ValueError) as exc:
             raise PrometheusUnavailable(f"prometheus at {self.url}: {exc}") from exc
+        if not isinstance(body, dict) or body.get("status") != "success":
+            error = body.get("error") if isinstance(body, dict) else None
+            raise PrometheusUnavailable(
+                f"prometheus at {self.url}: HTTP {reply.status_code}: {error or body!r:.200}"
+            )
+        result = (body.get("data") or {}).get("result")
+        return list(result) if isinstance(result, list) else []
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        return self._get("/api/v1/query", {"query": promql})
 
     def observe(self, history_s: float = 0.0) -> dict[ModelKey, ObservationParts]:
         """One query per metric, each timed (and counted when it fails) in the operator's
@@ -255,23 +269,13 @@ class PrometheusObserver:
 
     def query_range(self, promql: str, history_s: float) -> list[dict[str, Any]]:
         import time
-        from datetime import datetime
 
-        import requests
-        from prometheus_api_client.exceptions import PrometheusApiClientException
-
-        self.queries_sent += 1
         end = time.time()
         step = max(1, int(history_s / HISTORY_POINTS))
-        try:
-            return list(self._prom.custom_query_range(
-                promql,
-                start_time=datetime.fromtimestamp(end - history_s),
-                end_time=datetime.fromtimestamp(end),
-                step=f"{step}s",
-            ))
-        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
-            raise PrometheusUnavailable(f"prometheus at {self.url}: {exc}") from exc
+        return self._get("/api/v1/query_range", {
+            "query": promql, "start": f"{end - history_s:.3f}", "end": f"{end:.3f}",
+            "step": f"{step}s",
+        })
 
 
 HISTORY_POINTS = 20  # points per model in the forecast's range query

@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from batchop.local.processes import stop_group
 from batchop.observe.prometheus import BM_LABEL, POD_LABEL
+from batchop_dev.local.processes import stop_group
 
 JOB_NAME = "batchop-triton"
 METRICS_PORT = 8002
@@ -282,7 +282,7 @@ class FileDiscovery:
     def start(self) -> FileDiscovery:
         from kubernetes import config as kconfig
 
-        from batchop.local.podwatch import PodWatch
+        from batchop_dev.local.podwatch import PodWatch
 
         self._write([])
         api = kconfig.new_client_from_config(config_file=str(self.kubeconfig))
@@ -432,7 +432,7 @@ class PrometheusServer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchop.local.prometheus",
+        prog="python -m batchop_dev.local.prometheus",
         description="Install (idempotently) and optionally run the local stack's Prometheus.",
     )
     parser.add_argument("--install", action="store_true", help="only make sure it is installed")

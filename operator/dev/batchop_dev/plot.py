@@ -13,6 +13,19 @@ from pathlib import Path
 from typing import Any
 
 
+def unsupported_type(path: str | Path) -> str | None:
+    """Why matplotlib cannot write `path` (its suffix), or None: checked before a run so a
+    long simulation never ends in a plot that fails."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = sorted(FigureCanvasBase.get_supported_filetypes())
+    suffix = Path(path).suffix.lstrip(".").lower()
+    if suffix not in kinds:
+        return (f"--plot {path}: unsupported image type {suffix or '(none)'!r}; "
+                f"use one of {', '.join(kinds)}")
+    return None
+
+
 def latency_ticks(lo: float, hi: float) -> list[float]:
     """1-2-5 ticks (x 10^k) spanning [lo, hi] (ms), one below and above, for a log axis."""
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0 or hi <= 0:

@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from batchop.local.triton.install import ensure_installed
+from batchop_dev.local.triton.install import ensure_installed
 
 
 class TritonStartError(RuntimeError):

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from batchop.local.podrunner import PodRunner
-from batchop.local.processes import stop_group
-from batchop.local.prometheus import PrometheusServer, free_port
+from batchop_dev.local.podrunner import PodRunner
+from batchop_dev.local.processes import stop_group
+from batchop_dev.local.prometheus import PrometheusServer, free_port
 
 
 class StackError(RuntimeError):

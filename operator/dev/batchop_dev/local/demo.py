@@ -10,12 +10,12 @@ SIGTERM included).
 The operator tunes the model: the decisions shown and reported are the operator's own, read
 from the BatchedModel's status.lastDecision at each sample (two decisions within one sample
 period show as the later one). The report's `summary` counts the delay and replica changes and
-judges p99 against the SLO on each load step once it has settled (batchop.local.steps).
+judges p99 against the SLO on each load step once it has settled (batchop_dev.local.steps).
 
 With a trace (`batchop demo --trace`), the load replays a slice of a trace CSV, scaled down
 (default: 7 minutes of ../shared/traces/azure-code.csv, a real bursty production pattern, at
 x0.02), and the report's `summary.bursty` cuts the run in 30 s windows and judges it
-(batchop.local.bursts): served p99 within 2x the SLO in every settled window, rejected
+(batchop_dev.local.bursts): served p99 within 2x the SLO in every settled window, rejected
 requests counted, replicas held between bursts.
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[4] / "examples"
 BM_FILE = EXAMPLES / "cpu-demo.yaml"
 PROFILE_FILE = EXAMPLES / "profiles" / "cpu-demo.yaml"
 CLUSTER_NAME = "batchop-demo"
@@ -56,7 +56,7 @@ DEMO_SPEC = {
     },
 }
 SETTLE_INTERVALS = 3
-# With a trace (its default slice and scale: batchop.local.bursts): a 60 s scale-down
+# With a trace (its default slice and scale: batchop_dev.local.bursts): a 60 s scale-down
 # stabilization, so that the default slice's short gaps (6-39 s) must be held through and
 # its one long gap (65 s) may give a replica back within the demo.
 TRACE_SPEC = {
@@ -212,7 +212,7 @@ class _LoadThread:
         self.thread = threading.Thread(target=self._run, name="demo-load", daemon=True)
 
     def _run(self) -> None:
-        from batchop.local.load import run_load
+        from batchop_dev.local.load import run_load
 
         async def main() -> dict[str, Any]:
             self._task = asyncio.current_task()  # type: ignore[assignment]
@@ -261,8 +261,8 @@ def run_demo(
     (a batchop.sim.trace.Trace, already sliced and scaled), the load replays it instead of
     the steps (`duration_s` is then the trace's end) and the run is judged for bursts.
     """
-    from batchop.local.cluster import LocalCluster
-    from batchop.local.stack import LocalStack, StackError
+    from batchop_dev.local.cluster import LocalCluster
+    from batchop_dev.local.stack import LocalStack, StackError
 
     out = say or (lambda m: print(m, flush=True))
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -325,8 +325,8 @@ def run_demo(
 
 def _prepare_model(stack: Any, overrides: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Any]:
     from batchop.api.models import parse_batched_model
-    from batchop.local.triton import write_model_repository
     from batchop.sim.profile import load_profile
+    from batchop_dev.local.triton import write_model_repository
 
     manifest = yaml.safe_load(BM_FILE.read_text())
     for part, values in overrides.items():
@@ -394,8 +394,8 @@ def _status(cluster: Any, bm: Any) -> dict[str, Any]:
 
 def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: float,
               result: DemoResult, out: Callable[[str], None], trace: Any = None) -> list[str]:
-    from batchop.local.load import BatchedModelPods, capacity_warning
     from batchop.observe.prometheus import PrometheusUnavailable
+    from batchop_dev.local.load import BatchedModelPods, capacity_warning
 
     bursty = trace is not None
     if trace is None:
@@ -459,7 +459,7 @@ def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: fl
                                            sample_s)
         result.summary["bursty"]["triton_rejected"] = _triton_rejected(
             stack.prometheus.url, bm, trace.end)
-        from batchop.local.bursts import verdict_lines, window_table
+        from batchop_dev.local.bursts import verdict_lines, window_table
 
         for line in window_table(result.summary["bursty"]):
             out(line)
@@ -488,7 +488,7 @@ def _summarize(result: DemoResult, trace: Any, bm: Any,
     """Knob changes and per-step p99 verdicts (the clients' p99 when there are records); a
     step settles after SETTLE_INTERVALS tuning intervals: a tick to see it, one to act, one
     for new pods to load the model."""
-    from batchop.local.steps import summary
+    from batchop_dev.local.steps import summary
 
     interval = float(bm.spec.autotune.interval_seconds)
     return summary(
@@ -501,9 +501,9 @@ def _summarize(result: DemoResult, trace: Any, bm: Any,
 
 def _summarize_bursty(result: DemoResult, trace: Any, bm: Any,
                       records: dict[str, Any] | None, sample_s: float) -> dict[str, Any]:
-    """Knob changes and the bursty-trace judgement (batchop.local.bursts)."""
-    from batchop.local.bursts import judge
-    from batchop.local.steps import knob_changes
+    """Knob changes and the bursty-trace judgement (batchop_dev.local.bursts)."""
+    from batchop_dev.local.bursts import judge
+    from batchop_dev.local.steps import knob_changes
 
     if not records:
         raise RuntimeError("the load generator kept no per-request records to judge")

@@ -1,8 +1,8 @@
 """Real Triton for the local stack: the wheel's server, a synthetic model, one process each."""
 
-from batchop.local.triton.install import TritonInstall, TritonNotInstalled, ensure_installed
-from batchop.local.triton.model_repo import render_config, write_model_repository
-from batchop.local.triton.process import (
+from batchop_dev.local.triton.install import TritonInstall, TritonNotInstalled, ensure_installed
+from batchop_dev.local.triton.model_repo import render_config, write_model_repository
+from batchop_dev.local.triton.process import (
     TritonProcess,
     TritonStartError,
     require_loopback,

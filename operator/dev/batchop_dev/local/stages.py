@@ -21,7 +21,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from batchop.local import build, versions
+from batchop_dev.local import build, versions
 
 READINESS_MODES = ("kwok", "probes")
 

@@ -12,11 +12,11 @@ import asyncio
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from batchop.local.load import StaticTargets, run_load
-from batchop.local.triton.metrics import scrape
-from batchop.local.triton.process import TritonProcess
 from batchop.sim.profile import Profile
 from batchop.sim.trace import constant_trace
+from batchop_dev.local.load import StaticTargets, run_load
+from batchop_dev.local.triton.metrics import scrape
+from batchop_dev.local.triton.process import TritonProcess
 
 
 @dataclass(frozen=True)

@@ -241,7 +241,7 @@ _POOL = 16  # distinct inputs; each answer is checked against input * 2
 def _inputs() -> list[tuple[Any, np.ndarray]]:
     import tritonclient.http as httpclient
 
-    from batchop.local.triton.model_repo import ELEMENTS, INPUT_NAME
+    from batchop_dev.local.triton.model_repo import ELEMENTS, INPUT_NAME
 
     pool = []
     for i in range(_POOL):
@@ -264,7 +264,7 @@ async def run_load(
     """Drive `trace` onto `source`'s targets; return the report (see summarize)."""
     import tritonclient.http.aio as aioclient
 
-    from batchop.local.triton.model_repo import OUTPUT_NAME
+    from batchop_dev.local.triton.model_repo import OUTPUT_NAME
 
     schedule = arrival_times(trace, seed)
     pool = _inputs()

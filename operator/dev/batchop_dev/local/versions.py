@@ -143,7 +143,7 @@ def pins_from_gomods(kubernetes_gomod: str, kwok_gomod: str) -> Pins:
             raise PinError(
                 f"gobuild/kubernetes/go.mod: replace {module} => {target}, but "
                 f"{KUBERNETES_MODULE} {pins.kubernetes} needs {wanted.format(module)}; "
-                "run `python -m batchop.local.build sync`"
+                "run `python -m batchop_dev.local.build sync`"
             )
     return pins
 

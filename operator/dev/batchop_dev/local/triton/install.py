@@ -21,7 +21,7 @@ STUB_NAME = "triton_python_backend_stub"
 
 
 class TritonNotInstalled(RuntimeError):
-    """The nvidia-pytriton wheel (the `[local]` extra) is missing or incomplete."""
+    """The nvidia-pytriton wheel (a dependency of batchop-dev) is missing or incomplete."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ def _pytriton_root() -> Path:
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
         raise TritonNotInstalled(
-            "nvidia-pytriton is not installed: run `make install` (it installs the [local] "
-            "extra, which ships tritonserver)"
+            "nvidia-pytriton is not installed: run `make install` (it installs batchop-dev, "
+            "whose nvidia-pytriton dependency ships tritonserver)"
         )
     return Path(next(iter(spec.submodule_search_locations)))
 
