@@ -8,6 +8,7 @@ timeout fails with what was last seen and the tail of the operator's log.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -201,3 +202,8 @@ def events(cluster: Any, namespace: str, name: str) -> list[dict[str, Any]]:
         "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
     )
     return list(listing["items"])
+
+
+def keep_env() -> bool:
+    """BATCHOP_KEEP_CLUSTER set: leave what a test made for a person to inspect."""
+    return bool(os.environ.get("BATCHOP_KEEP_CLUSTER"))
