@@ -84,6 +84,7 @@ def test_the_chart_pod_runs_as_a_kubelet_would(chart_pod: dict[str, Any]) -> Non
     assert "--entrypoint" not in args
     assert args[-1] == launch.image and args[-3:-1] == ("--name", launch.name)
     assert args[:2] == ("--network", "host") and "--runtime" in args
+    assert _flag_values(args, "--hostname") == ["rel-batchop-5d9f-abcde"]
     assert _flag_values(args, "--user") == ["10001:10001"]
     assert _flag_values(args, "--group-add") == ["10001"]
     assert "--read-only" in args and "--read-only-tmpfs=false" in args

@@ -236,7 +236,9 @@ def image_launch(pod: Pod, api: ApiEndpoint, run_flags: list[str] | tuple[str, .
     user, group = sc.get("runAsUser"), sc.get("runAsGroup")
     if sc.get("runAsNonRoot") and user == 0:
         raise PodSpecError(f"{where}: securityContext.runAsNonRoot is true but runAsUser is 0")
-    args: list[str] = ["--network", "host", "--pull", "never", *run_flags]
+    # The pod's hostname is its name (leader election names itself after it).
+    args: list[str] = ["--network", "host", "--hostname", pod["metadata"]["name"],
+                       "--pull", "never", *run_flags]
     if user is not None:
         args += ["--user", f"{user}:{group}" if group is not None else str(user)]
     if pod_sc.get("fsGroup") is not None:
