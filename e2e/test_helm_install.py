@@ -13,8 +13,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import re
 import subprocess
+import threading
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from batchop import dashboard
 from batchop.api.models import parse_batched_model
 from batchop.sim.profile import load_profile
 from batchop.sim.trace import constant_trace
@@ -76,6 +81,7 @@ class Release:
     values: dict[str, str]
     runner: ImagePodRunner
     manifest: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)  # the stack Prometheus's operator jobs
     installed: bool = True
 
 
@@ -105,6 +111,8 @@ def release(cluster: Any, stack: Any, image: OperatorImage,
     try:
         helmchart.install(cluster.kubeconfig, values, release=name, namespace=rel.namespace)
         rel.manifest = _manifest(cluster, rel)
+        rel.jobs = helmchart.scrape_operator(stack.prometheus, cluster.kubeconfig, values,
+                                             release=name, namespace=rel.namespace)
         yield rel
     finally:
         try:
@@ -121,7 +129,8 @@ def model(cluster: Any, stack: Any, release: Release) -> Iterator[dict[str, Any]
     name, namespace = "helm-demo", f"helm-bm-{uuid.uuid4().hex[:5]}"
     bm["metadata"] = {"name": name, "namespace": namespace}
     bm["spec"]["model"].update(name=name, repository=str(stack.repository_dir))
-    bm["spec"]["autotune"].update(queueDelay=False, replicas=False)
+    # The delay is tuned (decisions for the dashboard), replicas are the test's to set.
+    bm["spec"]["autotune"].update(replicas=False, intervalSeconds=10)
     parse_batched_model(bm)
     write_model_repository(stack.repository_dir, name,
                            load_profile(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),
@@ -190,6 +199,70 @@ def test_the_operator_reconciles_a_batchedmodel_whose_triton_serves(
         cluster: Any, release: Release, model: dict[str, Any]) -> None:
     got = _serving(cluster, model, replicas=1)
     assert got["status"]["observedGeneration"] == got["metadata"]["generation"]
+
+
+def _query(url: str, expr: str) -> list[dict[str, Any]]:
+    params = urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=30) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    return list(body["data"]["result"])
+
+
+def _as_bool(expr: str) -> str:
+    """An alert expression with its comparison made `bool`: a series (0 or 1) wherever the
+    alert's join matches, firing or not."""
+    return re.sub(r" (==|!=|>=|<=|>|<) (?!bool)", r" \1 bool ", expr, count=1)
+
+
+def test_prometheus_scrapes_the_operator_through_the_charts_servicemonitor(
+        cluster: Any, stack: Any, release: Release, model: dict[str, Any]) -> None:
+    """One Prometheus holds Triton's and the operator's series, as in a cluster: the
+    operator's `namespace` label is the BatchedModel's (honorLabels), so every dashboard
+    panel on the operator's series and every alert join finds the model."""
+    _serving(cluster, model, replicas=1)
+    namespace, name = model["metadata"]["namespace"], model["metadata"]["name"]
+    (pod,) = _operator_pods(cluster, release)
+    targets = [t for t in stack.prometheus.active_targets()
+               if t["scrapePool"] in release.jobs]
+    assert [(t["labels"]["pod"], t["labels"]["job"]) for t in targets] == [
+        (pod["metadata"]["name"], f"{release.name}-metrics")], targets
+    source = BatchedModelPods(namespace, name, str(cluster.kubeconfig))
+    load = threading.Thread(target=lambda: asyncio.run(
+        run_load(constant_trace(90.0, 30.0), source, keep_records=False)), daemon=True)
+    load.start()
+    url = stack.prometheus.url
+    series = _wait("the operator's series for the model", lambda: _query(
+        url, f'batchop_ready_replicas{{namespace="{namespace}", batchedmodel="{name}"}}'), 90)
+    assert "exported_namespace" not in series[0]["metric"], series
+    assert series[0]["metric"]["job"] == f"{release.name}-metrics"
+    panels = [(title, dashboard.substitute(q.expr, namespace, name, interval="30s"))
+              for title, q in dashboard.all_queries() if q.source == "operator"]
+    alerts = [(a["name"], _as_bool(a["expr"])) for a in dashboard.build_alerts()["alerts"]
+              if "absent(" not in a["expr"]
+              # a counter that exists only once an error happened: no series to join yet
+              and "reconcile_errors" not in a["expr"]]
+    assert {n for n, _ in alerts} >= {"BatchedModelP99OverSLO", "BatchedModelCapacityLimited"}
+
+    def pending() -> list[str]:
+        missing = [f"panel {t}: {e}" for t, e in panels if not _query(url, e)]
+        for alert, expr in alerts:
+            got = [r for r in _query(url, expr)
+                   if (r["metric"].get("namespace"), r["metric"].get("batchedmodel"))
+                   == (namespace, name)]
+            if not got:
+                missing.append(f"alert {alert}: {expr}")
+        return missing
+
+    left = pending()
+    deadline = time.monotonic() + 120
+    while left and time.monotonic() < deadline:
+        time.sleep(5)
+        left = pending()
+    assert not left, "no data with the model's namespace for: " + "; ".join(left)
+    absent = [a["expr"] for a in dashboard.build_alerts()["alerts"] if "absent(" in a["expr"]]
+    assert absent and all(_query(url, e) == [] for e in absent)  # the operator is scraped
+    load.join(timeout=120)
 
 
 def test_upgrade_rolls_the_operator_and_it_keeps_working(

@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -81,6 +82,32 @@ def install(kubeconfig: Path, values: dict[str, str], *, release: str = RELEASE,
                 "--wait", f"--timeout={wait_s}s", timeout_s=wait_s + 60)
 
 
+def service_monitor(kubeconfig: Path, values: dict[str, str], *, release: str = RELEASE,
+                    namespace: str = NAMESPACE) -> dict[str, Any]:
+    """The chart's ServiceMonitor for these values, rendered by `helm template` (the local
+    cluster has no Prometheus Operator, so it is not installed; the stack's Prometheus is
+    configured from it instead)."""
+    text = helm(kubeconfig, "template", release, str(CHART), "-n", namespace,
+                *set_flags({**values, "metrics.serviceMonitor.enabled": "true",
+                            "metrics.serviceMonitor.interval": "5s",
+                            "metrics.serviceMonitor.scrapeTimeout": "4s"}),
+                "--show-only", "templates/servicemonitor.yaml")
+    (monitor,) = [d for d in yaml.safe_load_all(text) if d]
+    return dict(monitor)
+
+
+def scrape_operator(prometheus: Any, kubeconfig: Path, values: dict[str, str], *,
+                    release: str = RELEASE, namespace: str = NAMESPACE) -> list[str]:
+    """Point the stack's Prometheus at the installed operator through the chart's own
+    ServiceMonitor (and the installed Service it selects). Returns the job names."""
+    monitor = service_monitor(kubeconfig, values, release=release, namespace=namespace)
+    manifest = helm(kubeconfig, "get", "manifest", release, "-n", namespace)
+    services = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] == "Service"]
+    if len(services) != 1:
+        raise HelmError(f"release {release}: expected one Service, found {len(services)}")
+    return list(prometheus.add_service_monitor(monitor, services[0]))
+
+
 def uninstall(kubeconfig: Path, *, release: str = RELEASE, namespace: str = NAMESPACE) -> str:
     return helm(kubeconfig, "uninstall", release, "-n", namespace, "--wait")
 
@@ -115,10 +142,13 @@ def serve(kubeconfig: Path, workdir: Path, done: threading.Event,
         stack.start()
         runner.start()
         say(f"image pod runner up (container logs in {runner.workdir})")
-        install(kubeconfig, local_values(image, stack.prometheus.url,
-                                         scrape_interval_s=stack.prometheus.scrape_interval_s))
+        values = local_values(image, stack.prometheus.url,
+                              scrape_interval_s=stack.prometheus.scrape_interval_s)
+        install(kubeconfig, values)
         installed = True
-        say(f"helm release {RELEASE!r} in {NAMESPACE}: the operator runs from {image.tag}; "
+        scrape_operator(stack.prometheus, kubeconfig, values)
+        say(f"helm release {RELEASE!r} in {NAMESPACE}: the operator runs from {image.tag}, "
+            f"scraped by {stack.prometheus.url} through the chart's ServiceMonitor; "
             f"try `kubectl --kubeconfig {kubeconfig} apply -f {examples / 'cpu-demo.yaml'}`. "
             "Ctrl-C uninstalls the chart and stops the stack (the cluster stays up).")
         while not done.wait(1.0):
