@@ -5,8 +5,9 @@ cluster does, the chart's own rendered ServiceMonitor (and the Service it select
 scrape job: same path, interval, timeout, honorLabels, relabelings, and the labels the
 Prometheus Operator gives every target (namespace, pod, container, service, endpoint, job).
 Where it uses endpoints discovery, this uses pod discovery restricted to the pods the
-Service selects, on the container port the Service port targets: the same targets, and a
-Debian Prometheus without kubernetes_sd can get them from file_sd (batchop_dev.local.prometheus).
+Service selects, on the container port the Service port targets: the same targets (the local
+cluster's Endpoints reject the pods' loopback addresses), and a Debian Prometheus without
+kubernetes_sd can get them from file_sd (batchop_dev.local.prometheus).
 Pure.
 """
 
