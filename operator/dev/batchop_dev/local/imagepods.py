@@ -445,7 +445,11 @@ class ImagePodRunner:
             if run.proc is None and now >= run.next_start:
                 self._start_container(key, pod, run, now)
             elif run.proc is not None and now >= run.files_due:
-                self._write_files(pod, run, now)
+                try:
+                    self._write_files(pod, run, now)
+                except Exception as exc:  # the old token stays valid a while: retry soon
+                    log.warning("pod %s/%s: renewing its projected files: %s", *key, exc)
+                    run.files_due = now + 10.0
             if run.proc is not None:
                 self._probe(key, run, now)
         patch = status_patch(pod, launch.container if launch else "", state)
@@ -567,13 +571,16 @@ class ImagePodRunner:
               grace_s: float) -> None:
         """SIGTERM, grace period, SIGKILL (podman stop), in the background."""
         def stop() -> None:
-            subprocess.run(["podman", "stop", "--time", str(int(grace_s)), launch.name],
-                           capture_output=True, timeout=grace_s + 60)
+            subprocess.run(["podman", "stop", "--ignore", "--time", str(int(grace_s)),
+                            launch.name], capture_output=True, timeout=grace_s + 60)
             if proc is not None:
                 try:
                     proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
-                    proc.kill()
+                    proc.kill()  # the client; the container itself goes below
+            # `run --rm` removes it; a container whose client died would be left running.
+            subprocess.run(["podman", "rm", "--force", "--ignore", launch.name],
+                           capture_output=True, timeout=120)
 
         thread = threading.Thread(target=stop, name=f"stop-{launch.name}", daemon=True)
         thread.start()
