@@ -198,6 +198,27 @@ def test_install_runs_the_operator_pod_from_the_image(cluster: Any, release: Rel
     assert holder.startswith(pod["metadata"]["name"] + "_"), holder
 
 
+def test_a_killed_operator_container_is_restarted_and_counted(
+        cluster: Any, release: Release) -> None:
+    (pod,) = _operator_pods(cluster, release)
+    key = (release.namespace, pod["metadata"]["name"])
+    holder = _wait("a Lease holder", lambda: _lease_holder(cluster, release), 120)
+    subprocess.run(["podman", "kill", "--signal", "KILL", release.runner.running()[key]],
+                   capture_output=True, check=True, timeout=60)
+
+    def restarted() -> dict[str, Any] | None:
+        got = cluster.kubectl_json("get", "pod", "-n", release.namespace, key[1])
+        (status,) = got["status"]["containerStatuses"]
+        return got if status["restartCount"] >= 1 and _ready(got) else None
+
+    got = _wait("the pod to be restarted and Ready again", restarted, 120)
+    (status,) = got["status"]["containerStatuses"]
+    assert status["lastState"]["terminated"]["exitCode"] == 137
+    # The new process is a new candidate: it takes the Lease once the dead one's expires.
+    _wait("the restarted operator to take the Lease", lambda: _lease_holder(
+        cluster, release) not in ("", holder), 120)
+
+
 def test_the_operator_reconciles_a_batchedmodel_whose_triton_serves(
         cluster: Any, release: Release, model: dict[str, Any]) -> None:
     got = _serving(cluster, model, replicas=1)
