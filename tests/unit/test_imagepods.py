@@ -111,6 +111,7 @@ def test_the_chart_pod_runs_as_a_kubelet_would(chart_pod: dict[str, Any]) -> Non
     assert launch.readiness == HttpProbe("http://127.10.2.7:8080/healthz", 5, 10, 5, 3, 1)
     assert launch.liveness == HttpProbe("http://127.10.2.7:8080/healthz", 10, 20, 5, 3, 1)
     assert launch.grace_s == 30
+    assert (launch.address, launch.ports) == ("127.10.2.7", (8000, 8080))
 
 
 def test_command_args_and_env_expand_like_a_kubelet(chart_pod: dict[str, Any]) -> None:

@@ -43,7 +43,14 @@ from urllib.parse import urlsplit
 import yaml
 
 from batchop.api.constants import LABEL_MODEL
-from batchop_dev.local.podrunner import ContainerState, PodSpecError, _now, runnable, status_patch
+from batchop_dev.local.podrunner import (
+    ContainerState,
+    PodSpecError,
+    _now,
+    address_in_use,
+    runnable,
+    status_patch,
+)
 from batchop_dev.local.podwatch import Pod, PodKey, PodWatch, pod_key
 
 log = logging.getLogger("batchop.imagepods")
@@ -102,6 +109,8 @@ class ImageLaunch:
     readiness: HttpProbe | None = None
     liveness: HttpProbe | None = None
     grace_s: float = DEFAULT_GRACE_S
+    address: str = ""  # the pod's IP, where its declared ports are bound
+    ports: tuple[int, ...] = ()
 
 
 def podman_name(pod: Pod) -> str:
@@ -300,6 +309,9 @@ def image_launch(pod: Pod, api: ApiEndpoint, run_flags: list[str] | tuple[str, .
         readiness=_probe(pod, container, "readinessProbe"),
         liveness=_probe(pod, container, "livenessProbe"),
         grace_s=float(DEFAULT_GRACE_S if grace is None else grace),
+        address=pod["status"]["podIP"],
+        ports=tuple(int(p["containerPort"]) for p in container.get("ports") or []
+                    if p.get("containerPort") and p.get("protocol", "TCP") == "TCP"),
     )
 
 
@@ -527,6 +539,14 @@ class ImagePodRunner:
             state.waiting_reason = "ContainerCreating"
             state.message = f"volumes: {getattr(exc, 'reason', None) or exc}"
             run.next_start = now + 2.0
+            return
+        busy = address_in_use(run.launch.address, run.launch.ports)
+        if busy:
+            # Another local cluster's pod (all use 127.10/16) holds the address: say so and
+            # retry, rather than crash-loop the container.
+            state.waiting_reason = "PortInUse"
+            state.message = f"{busy} is already in use on this machine"
+            run.next_start = now + self.max_backoff_s / 4
             return
         subprocess.run(["podman", "rm", "--force", "--ignore", run.launch.name],
                        capture_output=True, timeout=60)
