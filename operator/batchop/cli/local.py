@@ -45,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="delete a cluster of that name first instead of failing")
     up.add_argument("--crd", action="append", default=[], metavar="PATH",
                     help="apply this manifest (e.g. crds/batchedmodel.yaml) once up; repeatable")
+    up.add_argument("--operator", choices=("none", "helm"), default="none",
+                    help="helm: also `helm install` charts/batchop with the image `make image` "
+                    "builds, run its operator pod with podman and the BatchedModels' Triton "
+                    "pods as local processes, with a Prometheus; stays in the foreground "
+                    "until Ctrl-C, then uninstalls the chart (implies --readiness probes)")
     add("down", "stop and delete a cluster")
     status = add("status", "is it up; nodes and GPUs free")
     add_output_flag(status, json_alias=True)
@@ -61,14 +66,15 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "up":
+            helm = args.operator == "helm"
             cluster = LocalCluster(args.name, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                                    cpu=args.cpu, memory=args.memory, port=args.port,
-                                   readiness=args.readiness)
+                                   readiness="probes" if helm else args.readiness)
             cluster.up(replace=args.replace)
             for path in args.crd:
                 cluster.apply_file(Path(path))
-            print(cluster.kubeconfig)
-            return 0
+            print(cluster.kubeconfig, flush=True)
+            return _serve_helm(cluster) if helm else 0
         cluster = LocalCluster(args.name)
         if args.action == "down":
             if not cluster.down():
@@ -85,6 +91,27 @@ def run(args: argparse.Namespace) -> int:
     except (ClusterError, BuildError, PinError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+
+
+def _serve_helm(cluster: Any) -> int:
+    """The chart and the stack on `cluster` until Ctrl-C/SIGTERM (batchop_dev.local.helmchart)."""
+    import signal
+    import threading
+
+    devpart.require("batchop local up --operator helm")
+    from batchop_dev.image import ImageError
+    from batchop_dev.local.helmchart import HelmError, serve
+
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    try:
+        serve(cluster.kubeconfig, cluster.workdir / "helm-stack", done,
+              lambda m: print(m, file=sys.stderr, flush=True))
+    except (HelmError, ImageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _print_status(cluster: Any, output: str, path: str | None = None) -> int:

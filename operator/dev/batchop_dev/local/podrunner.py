@@ -204,13 +204,19 @@ def launch_spec(pod: Pod, repository_map: dict[str, str] | None = None) -> Launc
 
 def ports_in_use(spec: LaunchSpec) -> str | None:
     """The first of the spec's address:port pairs that something already listens on."""
-    for port in (spec.http_port, spec.grpc_port, spec.metrics_port):
+    return address_in_use(spec.address, (spec.http_port, spec.grpc_port, spec.metrics_port))
+
+
+def address_in_use(address: str, ports: tuple[int, ...]) -> str | None:
+    """The first `address:port` something already listens on (all pods share the host's
+    network here, and other local clusters use the same 127.10/16 addresses)."""
+    for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                sock.bind((spec.address, port))
+                sock.bind((address, port))
             except OSError:
-                return f"{spec.address}:{port}"
+                return f"{address}:{port}"
     return None
 
 

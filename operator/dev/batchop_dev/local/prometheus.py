@@ -273,9 +273,10 @@ class FileDiscovery:
     atomically on every change; Prometheus picks it up by inotify and `refresh_interval`.
     """
 
-    def __init__(self, kubeconfig: Path, path: Path) -> None:
+    def __init__(self, kubeconfig: Path, path: Path, label_selector: str = POD_LABEL) -> None:
         self.kubeconfig = kubeconfig
         self.path = path
+        self.label_selector = label_selector
         self._watch: Any = None
         self._lock = threading.Lock()
 
@@ -286,7 +287,7 @@ class FileDiscovery:
 
         self._write([])
         api = kconfig.new_client_from_config(config_file=str(self.kubeconfig))
-        self._watch = PodWatch(api, POD_LABEL, self._changed, resync_s=30.0).start()
+        self._watch = PodWatch(api, self.label_selector, self._changed, resync_s=30.0).start()
         self._changed()
         return self
 
@@ -339,6 +340,9 @@ class PrometheusServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.discovery: FileDiscovery | None = None
         self.discovery_mode = "none"
+        self._sd_file: Path | None = None
+        self.extra_jobs: list[dict[str, Any]] = []
+        self._extra_discovery: list[FileDiscovery] = []
 
     @property
     def url(self) -> str:
@@ -359,14 +363,8 @@ class PrometheusServer:
                 self.discovery_mode = "file_sd"
                 sd_file = self.workdir / "pods.json"
                 self.discovery = FileDiscovery(self.kubeconfig, sd_file).start()
-        config_path = self.workdir / "prometheus.yml"
-        config = render_config(
-            self.kubeconfig,
-            scrape_interval_s=self.scrape_interval_s,
-            static_targets=self.static_targets,
-            sd_file=sd_file,
-        )
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self._sd_file = sd_file
+        config_path = self._write_config()
         data = _ensure_dir(self.workdir / "data")
         cmd = [
             str(binary),
@@ -388,6 +386,50 @@ class PrometheusServer:
             self.stop()
             raise
         return self
+
+    def _write_config(self) -> Path:
+        config = render_config(
+            self.kubeconfig,
+            scrape_interval_s=self.scrape_interval_s,
+            static_targets=self.static_targets,
+            sd_file=self._sd_file,
+        )
+        config["scrape_configs"] += self.extra_jobs
+        path = self.workdir / "prometheus.yml"
+        partial = path.with_suffix(".yml.new")
+        partial.write_text(yaml.safe_dump(config, sort_keys=False))
+        partial.replace(path)
+        return path
+
+    def add_service_monitor(self, monitor: dict[str, Any], service: dict[str, Any]) -> list[str]:
+        """Scrape what a ServiceMonitor selects (batchop_dev.local.servicemonitor), as the
+        Prometheus Operator would configure it; live (config reload). Returns the job names."""
+        from batchop_dev.local.servicemonitor import service_monitor_jobs
+
+        if self.kubeconfig is None or self.process is None:
+            raise PrometheusError("add_service_monitor needs a started server with a cluster")
+        selector = ",".join(f"{k}={v}" for k, v in sorted(
+            ((service.get("spec") or {}).get("selector") or {}).items()))
+        if self.discovery_mode == "file_sd":
+            index = len(self._extra_discovery)
+            sd_file = self.workdir / f"servicemonitor-{index}.json"
+            self._extra_discovery.append(
+                FileDiscovery(self.kubeconfig, sd_file, label_selector=selector).start())
+            interval = f"{self.scrape_interval_s:g}s"
+            sd: dict[str, Any] = {"file_sd_configs": [{"files": [str(sd_file)],
+                                                      "refresh_interval": interval}]}
+        else:
+            sd = {"kubernetes_sd_configs": [{"role": "pod",
+                                             "kubeconfig_file": str(self.kubeconfig.resolve()),
+                                             "selectors": [{"role": "pod", "label": selector}]}]}
+        jobs = service_monitor_jobs(monitor, service, sd)
+        self.extra_jobs += jobs
+        self._write_config()
+        request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            if resp.status != 200:
+                raise PrometheusError(f"prometheus reload answered {resp.status}")
+        return [job["job_name"] for job in jobs]
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -420,6 +462,9 @@ class PrometheusServer:
         discovery, self.discovery = self.discovery, None
         if discovery is not None:
             discovery.stop()
+        for extra in self._extra_discovery:
+            extra.stop()
+        self._extra_discovery = []
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
