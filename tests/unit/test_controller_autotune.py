@@ -224,6 +224,19 @@ def test_a_changed_overload_spec_reloads_pods_without_touching_the_template() ->
     assert h.w.deployment()["spec"]["template"] == template
 
 
+def test_a_spec_edited_in_place_is_parsed_again() -> None:
+    """The loop keeps each model's parsed spec between ticks; an edit of a nested field
+    (the SLO) must reach the policy and status on the next tick."""
+    h = Harness(busy(p99_ms=12.0), decide=hold)
+    h.loop.tick()
+    assert "SLO 40 ms" in h.conditions()["SLOMet"]["message"]
+    h.w.cluster.model["spec"]["slo"]["p99LatencyMilliseconds"] = 10
+    h.now += 60
+    h.loop.tick()
+    assert h.conditions()["SLOMet"]["status"] == "False"
+    assert "SLO 10 ms" in h.conditions()["SLOMet"]["message"]
+
+
 def test_pods_to_reload_compares_the_queue_policy_when_given() -> None:
     guard = QueuePolicy(True, 25_000, 0)
     pod = ready_pod("a", "127.10.0.2", delay=500)
