@@ -478,3 +478,27 @@ def test_a_bug_in_the_reload_is_logged_with_its_trace_not_retried_as_a_pod_fault
     assert not h.loop.retries and "ReloadFailed" not in [e[1] for e in h.w.events]
     traced = [r for r in caplog.records if r.exc_info and "not converged" in r.getMessage()]
     assert traced and "a bug" in str(traced[0].exc_info[1])
+
+
+def test_gauges_come_back_for_a_model_created_again_under_the_same_name() -> None:
+    """The loop sets a model's gauges only when a figure moved; a model deleted (its series
+    dropped) and created again with the same figures must still get them back."""
+    from batchop.metrics import METRICS
+
+    h = Harness(busy(p99_ms=12.0), decide=hold)
+    labels = {"namespace": "ml", "batchedmodel": "cpu-demo"}
+
+    def slo() -> float | None:
+        return METRICS.registry.get_sample_value("batchop_slo_p99_milliseconds", labels)
+
+    h.loop.tick()
+    assert slo() == 40.0
+    h.now += 60
+    h.loop.tick()  # nothing moved: nothing set, the gauge stays
+    assert slo() == 40.0
+    METRICS.forget("ml", "cpu-demo")  # the model-gone handler, on deletion
+    assert slo() is None
+    h.w.cluster.model["metadata"]["uid"] = "uid-2"  # created again, same spec
+    h.now += 60
+    h.loop.tick()
+    assert slo() == 40.0
