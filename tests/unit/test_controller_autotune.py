@@ -224,6 +224,19 @@ def test_a_changed_overload_spec_reloads_pods_without_touching_the_template() ->
     assert h.w.deployment()["spec"]["template"] == template
 
 
+def test_a_spec_edited_in_place_is_parsed_again() -> None:
+    """The loop keeps each model's parsed spec between ticks; an edit of a nested field
+    (the SLO) must reach the policy and status on the next tick."""
+    h = Harness(busy(p99_ms=12.0), decide=hold)
+    h.loop.tick()
+    assert "SLO 40 ms" in h.conditions()["SLOMet"]["message"]
+    h.w.cluster.model["spec"]["slo"]["p99LatencyMilliseconds"] = 10
+    h.now += 60
+    h.loop.tick()
+    assert h.conditions()["SLOMet"]["status"] == "False"
+    assert "SLO 10 ms" in h.conditions()["SLOMet"]["message"]
+
+
 def test_pods_to_reload_compares_the_queue_policy_when_given() -> None:
     guard = QueuePolicy(True, 25_000, 0)
     pod = ready_pod("a", "127.10.0.2", delay=500)
@@ -465,3 +478,27 @@ def test_a_bug_in_the_reload_is_logged_with_its_trace_not_retried_as_a_pod_fault
     assert not h.loop.retries and "ReloadFailed" not in [e[1] for e in h.w.events]
     traced = [r for r in caplog.records if r.exc_info and "not converged" in r.getMessage()]
     assert traced and "a bug" in str(traced[0].exc_info[1])
+
+
+def test_gauges_come_back_for_a_model_created_again_under_the_same_name() -> None:
+    """The loop sets a model's gauges only when a figure moved; a model deleted (its series
+    dropped) and created again with the same figures must still get them back."""
+    from batchop.metrics import METRICS
+
+    h = Harness(busy(p99_ms=12.0), decide=hold)
+    labels = {"namespace": "ml", "batchedmodel": "cpu-demo"}
+
+    def slo() -> float | None:
+        return METRICS.registry.get_sample_value("batchop_slo_p99_milliseconds", labels)
+
+    h.loop.tick()
+    assert slo() == 40.0
+    h.now += 60
+    h.loop.tick()  # nothing moved: nothing set, the gauge stays
+    assert slo() == 40.0
+    METRICS.forget("ml", "cpu-demo")  # the model-gone handler, on deletion
+    assert slo() is None
+    h.w.cluster.model["metadata"]["uid"] = "uid-2"  # created again, same spec
+    h.now += 60
+    h.loop.tick()
+    assert slo() == 40.0
