@@ -164,3 +164,10 @@ def test_curve_ignores_nonsense_points() -> None:
     assert curve.update((), float("nan"), 1.0) == ()
     with pytest.raises(ValueError, match="batch size 1"):
         curve.Curve(((2.0, 1.0),))
+
+
+def test_a_rate_too_small_to_divide_by_is_no_load() -> None:
+    # Hypothesis found it: 5e-324 req/s is > 0 but underflows to 0 per millisecond.
+    mbs, lat = _profile("cpu-demo")
+    tiny = predict(5e-324, 500, mbs, lat)
+    assert tiny.avg_batch == 1.0 and math.isfinite(tiny.p99_ms)

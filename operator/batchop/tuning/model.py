@@ -97,10 +97,10 @@ def predict(
         raise ValueError(f"max_batch must be >= 1, got {max_batch}")
     cap = capacity_rps(max_batch, latency)
     delay_us = max(0.0, float(delay_us))
-    if rate_rps <= 0:
+    lam = rate_rps / 1000.0  # per ms; a subnormal rate underflows to 0 here: no load either
+    if lam <= 0:
         e1 = latency(1.0)
         return Prediction(0.0, int(delay_us), 1.0, e1, 0.0, e1 + delay_us / 1000.0, cap)
-    lam = rate_rps / 1000.0
     d = delay_us / 1000.0
     b = mean_batch(rate_rps, delay_us, max_batch, latency)
     e = latency(b)
