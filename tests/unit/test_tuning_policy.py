@@ -22,6 +22,7 @@ from batchop.tuning.policy import (
     STALE_INTERVALS,
     decide,
     recommend,
+    stale_after_s,
 )
 from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 
@@ -139,11 +140,24 @@ def test_holds_on_missing_metrics(spec: TuningSpec, obs: Observation, field: str
 @given(specs(), observations(), st.floats(1.01, 20.0))
 @settings(max_examples=200, deadline=None)
 def test_holds_on_stale_metrics(spec: TuningSpec, obs: Observation, factor: float) -> None:
-    obs = replace(obs, age_s=factor * STALE_INTERVALS * spec.interval_s, rps=1e4, p99_ms=1e4,
+    obs = replace(obs, age_s=factor * stale_after_s(spec), rps=1e4, p99_ms=1e4,
                   avg_batch=1.0, compute_ms=5.0)
     dec = decide(obs, spec, TuningState())
     assert dec.kind in ("hold", "bounds") and "stale" in dec.reason
     _check_bounds(dec, obs, spec)
+
+
+def test_a_sample_within_one_scrape_is_fresh_even_when_tuning_is_faster() -> None:
+    # 5 s tuning, 15 s scrapes: a 14 s old sample is the newest there is, not stale (it was
+    # once, and MetricsAvailable flipped every third tick, each flip a status write).
+    spec = TuningSpec(slo_ms=50.0, max_batch_size=32, interval_s=5.0, scrape_interval_s=15.0,
+                      prior_batch_latency_ms=CPU_DEMO)
+    assert stale_after_s(spec) == STALE_INTERVALS * 15.0
+    obs = Observation(time_s=5.0, rps=100.0, avg_batch=1.0, queue_ms=0.1, compute_ms=5.0,
+                      p99_ms=10.0, pending=0.0, replicas=1, ready_replicas=1, delay_us=500,
+                      age_s=14.0)
+    assert "stale" not in decide(obs, spec, TuningState()).reason
+    assert "stale" in decide(replace(obs, age_s=40.0), spec, TuningState()).reason
 
 
 # --- closed loop against the model as plant ---------------------------------------------------
@@ -390,3 +404,11 @@ def test_p99_left_over_from_before_a_scale_up_does_not_force_another() -> None:
         dec = decide(replace(hot, time_s=t), spec, state)
         state, t = dec.state, t + spec.interval_s
     assert dec.replicas > 2 and "p99 80 ms > SLO 50 ms" in dec.reason
+
+
+def test_the_default_scrape_interval_is_the_rendered_podmonitors() -> None:
+    from batchop.observe.prometheus import duration_s
+    from batchop.render.options import RenderOptions
+
+    spec = TuningSpec(slo_ms=50.0, max_batch_size=32)
+    assert spec.scrape_interval_s == duration_s(RenderOptions().scrape_interval)

@@ -21,7 +21,7 @@ from batchop.api.models import AutotuneSpec, BatchingSpec
 from batchop.api.tuning_spec import manifest_tuning_spec
 from batchop.controller.status import Condition, format_time, merge_conditions
 from batchop.tuning.overload import QueuePolicy, queue_policy
-from batchop.tuning.policy import STALE_INTERVALS
+from batchop.tuning.policy import stale_after_s
 from batchop.tuning.types import Decision, Observation, TuningSpec
 
 
@@ -162,7 +162,7 @@ def tuner_conditions(
             "MetricsAvailable",
             "True",
             "MetricsFresh",
-            f"Prometheus data at most {STALE_INTERVALS * spec.interval_s:g} s old",
+            f"Prometheus data at most {stale_after_s(spec):g} s old",
         ),
         Condition(
             "SLOMet",

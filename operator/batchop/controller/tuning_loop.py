@@ -54,6 +54,7 @@ from batchop.observe.prometheus import (
 from batchop.tuning import decide as policy_decide
 from batchop.tuning.forecast import HISTORY_S as FORECAST_HISTORY_S
 from batchop.tuning.overload import QueuePolicy, queue_policy
+from batchop.tuning.policy import stale_after_s
 from batchop.tuning.types import TuningSpec, TuningState
 
 log = logging.getLogger("batchop.tuning")
@@ -226,7 +227,7 @@ class TuningLoop:
             replicas=int(dep_spec.get("replicas") or spec.start_replicas),
             ready_replicas=int(dep_status.get("readyReplicas") or 0),
             delay_us=desired_delay(bm),
-            max_age_s=2.5 * spec.interval_s,
+            max_age_s=stale_after_s(spec),
             schedulable_headroom=0 if capacity.get("status") == "True" else None,
         )
         if missing is None and parts.get(key) is None:

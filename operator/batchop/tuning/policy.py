@@ -292,6 +292,16 @@ def _learn_startup(state: TuningState, obs: Observation, t: float) -> float | No
     return took if state.startup_s is None else 0.5 * state.startup_s + 0.5 * took
 
 
+def stale_after_s(spec: TuningSpec) -> float:
+    """How old the newest sample may be before the tuner holds. Pure.
+
+    Why the scrape interval counts: with a 5 s tuning interval and 15 s scrapes, a bound of
+    2.5 tuning intervals (12.5 s) called every third tick's data stale, so MetricsAvailable
+    and SLOMet flipped, and each flip was a status write (65 API calls per tick at 200 models).
+    """
+    return STALE_INTERVALS * max(spec.interval_s, spec.scrape_interval_s)
+
+
 def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     """The replicas and delay to run next, with the reason; see the module docstring."""
     spec = _effective(spec)
@@ -300,7 +310,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         missing = []  # no traffic: there is no batch or latency to report, and none is needed
     if missing:
         return _hold(obs, spec, state, f"holding: metrics missing ({', '.join(missing)})")
-    stale_after = STALE_INTERVALS * spec.interval_s
+    stale_after = stale_after_s(spec)
     if obs.age_s > stale_after:
         return _hold(
             obs,

@@ -27,6 +27,10 @@ class TuningSpec:
     tune_delay: bool = True
     tune_replicas: bool = True
     interval_s: float = 30.0
+    # How often Prometheus scrapes the model's pods (the PodMonitor batchop renders:
+    # RenderOptions.scrape_interval). A sample is up to this old between scrapes, so
+    # staleness is judged against the longer of the two intervals (`stale_after_s`).
+    scrape_interval_s: float = 15.0
     gpus_per_replica: int = 1  # spec.server.gpus; 0 = a CPU model
     # Optional prior for the batch-latency curve: (batch size, milliseconds) points, e.g.
     # from a profile. The policy refines it from observations.
