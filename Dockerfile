@@ -16,7 +16,8 @@ WORKDIR /src
 RUN python -m venv /opt/batchop
 COPY pyproject.toml README.md ./
 COPY operator/batchop/ ./operator/batchop/
-# A regular (non-editable) install of the package and its runtime dependencies, no extras.
+# A regular (non-editable) install of the package and its runtime dependencies, no extras
+# (so no numpy: extra `sim`, the simulator's; the live reload needs no tritonclient).
 # Then out with what never runs in the operator: pip and setuptools (nothing installs at run
 # time), the kubernetes package's asyncio copy of its client (68 MB; the operator uses the
 # sync client and kopf its own aiohttp one), and the test suites wheels ship.

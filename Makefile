@@ -16,7 +16,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml operator/dev/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]' -e ./operator/dev
+	$(BIN)/python -m pip install -q -e '.[test,sim]' -e ./operator/dev
 	$(BIN)/python -m batchop_dev.local.tools
 	$(BIN)/python -m batchop_dev.local.prometheus --install
 	@touch $(STAMP)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from batchop.act.triton_reload import get_model_config, grpc_url, set_queue_delay_sync
+from batchop.act.triton_reload import get_model_config, set_queue_delay_sync
 from batchop.sim.profile import Profile
 from batchop.sim.trace import constant_trace
 from batchop.tuning.overload import QUEUE, QueuePolicy, live_queue_policy
@@ -85,7 +85,7 @@ def _figures(name: str, r: dict[str, Any]) -> None:
 
 
 def _live(server: TritonProcess) -> QueuePolicy:
-    config = asyncio.run(get_model_config(grpc_url(server.url), MODEL, via="grpc"))
+    config = asyncio.run(get_model_config(server.url, MODEL))
     return live_queue_policy(config["dynamic_batching"])
 
 

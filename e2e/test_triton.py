@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +23,6 @@ from batchop.act.triton_reload import (
     ConfigRejected,
     apply_config,
     get_model_config,
-    grpc_url,
     live_delay,
     set_queue_delay,
     set_queue_delay_sync,
@@ -129,12 +129,26 @@ def test_rejected_config_keeps_old_one_serving(server: TritonProcess) -> None:
     with pytest.raises(ConfigRejected, match="failed to load"):
         asyncio.run(apply_config(server.url, MODEL, bad))
     with pytest.raises(ConfigRejected, match="failed to load"):
-        asyncio.run(apply_config(grpc_url(server.url), MODEL, bad, via="grpc"))
+        asyncio.run(apply_config(server.url, MODEL, bad, via="grpc"))
     assert server.is_ready()
     assert live_delay(asyncio.run(get_model_config(server.url, MODEL))) == 2000
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     assert np.array_equal(_infer(server.url, x), x * 2)
     assert "preferred size must be <= max batch size" in server.log_path.read_text()
+
+
+def test_reload_falls_back_to_http_where_grpc_cannot_be_reached(server: TritonProcess) -> None:
+    """gRPC not listening (disabled, not exposed): the load goes over HTTP, and says so."""
+    with socket.socket() as s:  # a port on the server's address that nobody listens on
+        s.bind((server.url.rsplit(":", 1)[0], 0))
+        closed = s.getsockname()[1]
+    fallback = set_queue_delay_sync(server.url, MODEL, 3000, grpc_port=closed)
+    assert fallback.changed and fallback.via == "http" and fallback.delay_us == 3000
+    http_only = set_queue_delay_sync(server.url, MODEL, 1500, grpc_port=None)
+    assert http_only.changed and http_only.via == "http" and http_only.previous_delay_us == 3000
+    assert live_delay(asyncio.run(get_model_config(server.url, MODEL))) == 1500
+    x = np.ones((1, 4), np.float32)
+    assert np.array_equal(_infer(server.url, x), x * 2)
 
 
 def test_cli_load_direct_mode(server: TritonProcess, tmp_path: Path) -> None:

@@ -146,10 +146,20 @@ def test_build_stage_replayed_in_a_fresh_venv_runs_batchop(tmp_path: Path) -> No
     assert crd.stdout == (ROOT / "crds" / "batchedmodel.yaml").read_text()
     probe = subprocess.run(
         [str(venv / "python"), "-c",
-         "import importlib.util as u, kopf, prometheus_client, batchop.metrics;"
+         "import importlib.util as u, kopf, prometheus_client, batchop.metrics,"
+         " batchop.act.triton_reload, grpc, aiohttp;"
          "print([m for m in ('pytest','hypothesis','ruff','pytriton','aws_cdk',"
-         "'batchop_dev','matplotlib','pandas') if u.find_spec(m)])"],
+         "'batchop_dev','matplotlib','pandas','numpy','tritonclient','gevent','pip',"
+         "'setuptools') if u.find_spec(m)])"],
         capture_output=True, text=True, env=run_env, cwd=tmp_path, timeout=120,
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "[]", f"test or dev tooling in the image: {probe.stdout}"
+    # numpy is the simulator's (extra `sim`): `plan` runs without it, `simulate` says so
+    plan = batchop("plan", "--profile", str(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),
+                   "--rps", "100", "--slo-ms", "50")
+    assert plan.returncode == 0, plan.stderr
+    simulate = batchop("simulate", "--profile", "p.yaml", "--trace", "t.csv", "--slo-ms", "50",
+                       "--json", "out.json")
+    assert simulate.returncode == 2 and "batchop[sim]" in simulate.stderr, simulate.stderr
+    assert not (tmp_path / "out.json").exists()

@@ -34,6 +34,20 @@ def test_profile_values_and_interpolation(tmp_path: Path) -> None:
     assert len(table) == 9 and table[8] == pytest.approx(0.006)
 
 
+def test_interpolation_is_numpys_to_the_last_bit(tmp_path: Path) -> None:
+    """Plain Python in place of numpy.interp (so the operator needs no numpy): the simulator's
+    figures must not move, so the same arithmetic, compared bit for bit."""
+    np = pytest.importorskip("numpy")
+    p = load_profile(write(tmp_path, "p.yaml", GOOD_PROFILE.replace(
+        "{1: 2.0, 4: 3.5, 8: 6.0}", "{1: 2.1, 2: 2.3, 3: 2.9, 5: 3.7, 8: 6.13}")))
+    sizes = [b for b, _ in p.batch_latency_ms]
+    times = [t for _, t in p.batch_latency_ms]
+    points = [0.0, 0.5, 1.0, 8.0, *np.random.default_rng(3).uniform(1, 8, 500)]
+    assert [p.latency_ms(float(x)) for x in points] == [
+        float(np.interp(x, sizes, times)) for x in points
+    ]
+
+
 def test_shared_profiles_load() -> None:
     shared = Path(__file__).resolve().parents[3] / "shared" / "profiles"
     if not shared.is_dir():

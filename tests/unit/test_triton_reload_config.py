@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import socket
 
@@ -11,6 +12,8 @@ from batchop.act.triton_reload import (
     ServerUnreachable,
     grpc_url,
     live_delay,
+    load_model,
+    load_request,
     set_queue_delay_sync,
     with_queue_delay,
 )
@@ -95,3 +98,26 @@ def test_the_queue_policy_is_set_when_given_and_kept_when_not() -> None:
 def test_live_queue_policy_reads_tritons_config(live: dict, policy: QueuePolicy) -> None:
     assert live_queue_policy({"default_queue_policy": live}) == policy
     assert live_queue_policy({"default_queue_policy": policy.triton()}) == policy
+
+
+@pytest.mark.parametrize("model, config", [
+    ("synth", '{"name": "synth", "dynamic_batching": {"max_queue_delay_microseconds": 500}}'),
+    ("m" * 300, "é" * 200),  # lengths past one varint byte; UTF-8 counted in bytes
+])
+def test_the_grpc_load_request_is_what_tritons_own_schema_reads(model: str, config: str) -> None:
+    """The hand-serialised RepositoryModelLoadRequest, parsed by the protobuf classes
+    generated from Triton's grpc_service.proto (tritonclient's, a test dependency only)."""
+    service = pytest.importorskip("tritonclient.grpc.service_pb2")
+    got = service.RepositoryModelLoadRequest.FromString(load_request(model, config))
+    assert got.model_name == model and got.repository_name == ""
+    assert list(got.parameters) == ["config"]
+    assert got.parameters["config"].WhichOneof("parameter_choice") == "string_param"
+    assert got.parameters["config"].string_param == config
+    want = service.RepositoryModelLoadRequest(model_name=model)
+    want.parameters["config"].string_param = config
+    assert load_request(model, config) == want.SerializeToString()
+
+
+def test_an_unknown_protocol_is_refused_before_any_call() -> None:
+    with pytest.raises(ValueError, match="via must be 'grpc' or 'http'"):
+        asyncio.run(load_model("127.0.0.1:1", "synth", LIVE, via="ftp"))

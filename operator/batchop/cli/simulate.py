@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -160,7 +161,14 @@ def _check_overload(args: argparse.Namespace) -> str | None:
     return None
 
 
+SIM_HINT = ("needs numpy: `pip install 'batchop[sim]'` (`make install` has it; the operator "
+            "image leaves it out)")
+
+
 def run(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("numpy") is None:
+        print(f"batchop simulate {SIM_HINT}", file=sys.stderr)
+        return 2
     from batchop.sim.baselines import make_policy, start_replicas
     from batchop.sim.engine import SimConfig, simulate
     from batchop.sim.profile import ProfileError, load_profile

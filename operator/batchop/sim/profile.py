@@ -7,11 +7,10 @@ fixed cost per call plus a roughly linear cost per sample with kinks where kerne
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from batchop.inputs import InputError, parse_yaml, read_text
 
@@ -38,6 +37,18 @@ KNOWN_FIELDS = (
 )
 
 
+def _interp(x: float, xs: list[int], ys: list[float]) -> float:
+    """numpy.interp for one point (same arithmetic: linear between points, clamped at the
+    ends), in plain Python so `batchop plan` and the operator need no numpy."""
+    if x <= xs[0]:
+        return float(ys[0])
+    if x >= xs[-1]:
+        return float(ys[-1])
+    i = bisect_right(xs, x)
+    slope = (ys[i] - ys[i - 1]) / (xs[i] - xs[i - 1])
+    return float(slope * (x - xs[i - 1]) + ys[i - 1])
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -54,7 +65,7 @@ class Profile:
         sizes = [b for b, _ in self.batch_latency_ms]
         times = [t for _, t in self.batch_latency_ms]
         if batch <= sizes[-1] or len(sizes) == 1:
-            return float(np.interp(batch, sizes, times))
+            return _interp(batch, sizes, times)
         (b0, t0), (b1, t1) = self.batch_latency_ms[-2], self.batch_latency_ms[-1]
         return t1 + (batch - b1) * (t1 - t0) / (b1 - b0)
 
