@@ -53,6 +53,7 @@ import yaml
 from batchop.api.constants import LABEL_MODEL
 from batchop.api.models import parse_batched_model
 from batchop.sim.profile import load_profile
+from batchop_dev.local.load import REJECTION_MESSAGES
 from batchop_dev.local.steps import client_p99
 from batchop_dev.local.triton import write_model_repository
 
@@ -201,10 +202,24 @@ def _judge(
             tgt.split(":")[0] in final_ips or not scale_down or s < scale_down[0] - 1
         )
     ]
-    assert not bad, f"{len(bad)} failed requests not explained by a scale-down: {bad[:10]}"
-
     unjudged: list[str] = []
     lag = report["send_lag_p99_ms"]
+    # A generator that sends seconds late times its own requests out: on a starved machine a
+    # client timeout says nothing about the reload (seen at load 11-14, send lag 12-157 s,
+    # none within 40 s of a reload). Any other failure is judged whatever the lag.
+    # (the error's key is "ExceptionType: message"; Triton's queue-policy refusal "Request
+    # timeout expired" is the server's answer, not a client timeout)
+    timeouts_only = all(
+        ("timeout" in error.lower() or "timed out" in error.lower())
+        and not any(m in error for m in REJECTION_MESSAGES)
+        for error in report["errors"]
+    )
+    if bad and lag >= STARVED_LAG_MS and timeouts_only:
+        unjudged.append(f"hitless not judged: {len(bad)} client timeouts with send lag p99 "
+                        f"{lag} ms >= {STARVED_LAG_MS:g} ms (a starved machine)")
+    else:
+        assert not bad, (f"{len(bad)} failed requests not explained by a scale-down: "
+                         f"{bad[:10]}; errors {report['errors']}")
     if lag < STARVED_LAG_MS:
         # Removed pods drain (preStop sleep, honoured by the pod runner) longer than the load
         # generator takes to drop them: on a machine that keeps its schedule none fails.
