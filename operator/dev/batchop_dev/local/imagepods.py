@@ -51,7 +51,7 @@ from batchop_dev.local.podrunner import (
     runnable,
     status_patch,
 )
-from batchop_dev.local.podwatch import Pod, PodKey, PodWatch, pod_key
+from batchop_dev.local.podwatch import Pod, PodKey, PodLoop, pod_key
 
 log = logging.getLogger("batchop.imagepods")
 
@@ -356,7 +356,7 @@ class _Pod:
     live: ProbeState | None = None
 
 
-class ImagePodRunner:
+class ImagePodRunner(PodLoop):
     """Runs, with podman, each Running pod (not a Triton pod) whose images podman has.
 
     `start()` returns at once; `stop()` stops every container it started.
@@ -364,17 +364,11 @@ class ImagePodRunner:
 
     def __init__(self, kubeconfig: Path | str, *, workdir: Path, poll_s: float = 1.0,
                  max_backoff_s: float = 20.0) -> None:
-        self.kubeconfig = Path(kubeconfig)
+        super().__init__(kubeconfig, name="imagepods", poll_s=poll_s)
         self.workdir = workdir
-        self.poll_s = poll_s
         self.max_backoff_s = max_backoff_s
         self._pods: dict[PodKey, _Pod] = {}
         self._images: dict[str, tuple[bool, float]] = {}
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="imagepods", daemon=True)
-        self._watch: PodWatch | None = None
-        self._core: Any = None
         self._api = api_endpoint(self.kubeconfig)
         from batchop_dev.image import run_flags
 
@@ -382,16 +376,10 @@ class ImagePodRunner:
         self._stoppers: list[threading.Thread] = []
 
     def start(self) -> ImagePodRunner:
-        from kubernetes import client
-        from kubernetes import config as kconfig
-
         if shutil.which("podman") is None:
             raise PodSpecError("podman is not installed: pods from local images cannot run")
-        api = kconfig.new_client_from_config(config_file=str(self.kubeconfig))
-        self._core = client.CoreV1Api(api)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._watch = PodWatch(api, SELECTOR, self._wake.set, resync_s=30.0).start()
-        self._thread.start()
+        self._start_loop(SELECTOR)
         return self
 
     def running(self) -> dict[PodKey, str]:
@@ -414,15 +402,6 @@ class ImagePodRunner:
             if not known[0]:
                 return False
         return True
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.reconcile_once()
-            except Exception:
-                log.exception("image pod runner tick failed")
-            self._wake.wait(self.poll_s)
-            self._wake.clear()
 
     def reconcile_once(self) -> None:
         assert self._watch is not None
@@ -613,12 +592,7 @@ class ImagePodRunner:
             self._kill(run.launch, run.proc, run.launch.grace_s)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
-        if self._watch is not None:
-            self._watch.stop()
+        self._stop_loop()
         for key in list(self._pods):
             self._stop_pod(key)
         for thread in self._stoppers:

@@ -44,7 +44,7 @@ from batchop.api.constants import (
     PORT_NAME_HTTP,
     PORT_NAME_METRICS,
 )
-from batchop_dev.local.podwatch import Pod, PodKey, PodWatch, pod_key
+from batchop_dev.local.podwatch import Pod, PodKey, PodLoop, pod_key
 
 log = logging.getLogger("batchop.podrunner")
 
@@ -332,7 +332,7 @@ class _Running:
     stop_at: float | None = None  # set once the pod is gone or terminating
 
 
-class PodRunner:
+class PodRunner(PodLoop):
     """Runs a tritonserver per Running BatchedModel pod of the cluster at `kubeconfig`.
 
     `start()` returns at once (a background thread reconciles); `stop()` stops every server.
@@ -347,42 +347,21 @@ class PodRunner:
         poll_s: float = 1.0,
         max_backoff_s: float = 20.0,
     ) -> None:
-        self.kubeconfig = Path(kubeconfig)
+        super().__init__(kubeconfig, name="podrunner", poll_s=poll_s)
         self.repository_map = dict(repository_map or {})
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="batchop-podrunner-"))
-        self.poll_s = poll_s
         self.max_backoff_s = max_backoff_s
         self._servers: dict[PodKey, _Running] = {}
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="podrunner", daemon=True)
-        self._watch: PodWatch | None = None
-        self._core: Any = None
         self.patches = 0
 
     def start(self) -> PodRunner:
-        from kubernetes import client
-        from kubernetes import config as kconfig
-
-        api = kconfig.new_client_from_config(config_file=str(self.kubeconfig))
-        self._core = client.CoreV1Api(api)
-        self._watch = PodWatch(api, LABEL_MODEL, self._wake.set, resync_s=30.0).start()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._thread.start()
+        self._start_loop(LABEL_MODEL)
         return self
 
     def servers(self) -> dict[PodKey, Any]:
         """The live TritonProcess per pod (for tests and the demo)."""
         return {k: r.server for k, r in self._servers.items() if r.server is not None}
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.reconcile_once()
-            except Exception:
-                log.exception("pod runner tick failed")
-            self._wake.wait(self.poll_s)
-            self._wake.clear()
 
     def reconcile_once(self) -> None:
         assert self._watch is not None
@@ -487,12 +466,7 @@ class PodRunner:
             run.server.stop(timeout=5)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
-        if self._watch is not None:
-            self._watch.stop()
+        self._stop_loop()
         for key in list(self._servers):
             self._stop_server(key)
 

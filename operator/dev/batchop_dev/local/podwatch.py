@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -124,3 +125,50 @@ class PodWatch:
                 self.errors += 1
                 log.debug("pod watch (%s) restarting: %s", self.label_selector, exc)
                 self._stop.wait(1.0)
+
+
+class PodLoop:
+    """A kubelet-like, level-triggered loop over the pods one selector picks.
+
+    `reconcile_once()` runs every `poll_s`, and at once when the watch sees a change. The
+    subclass (the Triton pod runner, the image pod runner) starts the loop with `_start_loop`
+    once its own set-up is done and stops what it runs after `_stop_loop`.
+    """
+
+    def __init__(self, kubeconfig: Path | str, *, name: str, poll_s: float = 1.0) -> None:
+        self.kubeconfig = Path(kubeconfig)
+        self.poll_s = poll_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._watch: PodWatch | None = None
+        self._core: Any = None
+
+    def reconcile_once(self) -> None:
+        raise NotImplementedError
+
+    def _start_loop(self, label_selector: str) -> None:
+        from kubernetes import client
+        from kubernetes import config as kconfig
+
+        api = kconfig.new_client_from_config(config_file=str(self.kubeconfig))
+        self._core = client.CoreV1Api(api)
+        self._watch = PodWatch(api, label_selector, self._wake.set, resync_s=30.0).start()
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.reconcile_once()
+            except Exception:
+                log.exception("%s tick failed", self._thread.name)
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
+
+    def _stop_loop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        if self._watch is not None:
+            self._watch.stop()
