@@ -9,6 +9,10 @@ addresses, and the API server's audit log of ServiceAccounts' writes (.audit_log
 The name defaults to batchop-test-<pid> so concurrent test sessions do not collide;
 BATCHOP_TEST_CLUSTER overrides it, BATCHOP_KEEP_CLUSTER=1 leaves it running.
 
+`image` (session scope): the operator image `make image` builds (batchop_dev.image), built
+when its inputs changed, else reused; skips, saying why, where podman or mmdebstrap are
+missing or podman cannot run containers here.
+
 `probed_cluster` (session scope): the same, named <name>-e2e, in "probes" readiness mode
 (batchop_dev.local.stages): pods with a readinessProbe are Ready only once a prober (the e2e
 stack's pod runner) says so, as under a kubelet. e2e/conftest.py makes it the e2e `cluster`.
@@ -93,3 +97,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"    {nodeid}")
         if len(nodeids) > 5:
             terminalreporter.write_line(f"    ... and {len(nodeids) - 5} more")
+
+
+@pytest.fixture(scope="session")
+def image() -> object:
+    from batchop_dev.image import ImageError, ensure_image, missing_tools, run_in_image
+
+    try:
+        built = ensure_image(log=lambda line: print(line, flush=True))
+    except ImageError as exc:
+        if missing_tools():
+            pytest.skip(f"podman/mmdebstrap not available and not installable here: {exc}")
+        raise
+    probe = run_in_image(built, ["true"])
+    if probe.returncode != 0:
+        pytest.skip(f"podman cannot run containers on this machine: {probe.stderr[-500:]}")
+    return built

@@ -32,7 +32,7 @@ from batchop import dashboard
 from batchop.api.models import parse_batched_model
 from batchop.sim.profile import load_profile
 from batchop.sim.trace import constant_trace
-from batchop_dev.image import ImageError, OperatorImage, ensure_image, missing_tools, run_in_image
+from batchop_dev.image import OperatorImage
 from batchop_dev.local import helmchart
 from batchop_dev.local.imagepods import ImagePodRunner
 from batchop_dev.local.load import BatchedModelPods, run_load
@@ -58,20 +58,6 @@ def _wait(what: str, check: Callable[[], Any], timeout_s: float = 180.0) -> Any:
 def _ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True"
                for c in pod.get("status", {}).get("conditions") or [])
-
-
-@pytest.fixture(scope="module")
-def image() -> OperatorImage:
-    try:
-        built = ensure_image(log=lambda line: print(line, flush=True))
-    except ImageError as exc:
-        if missing_tools():
-            pytest.skip(f"podman/mmdebstrap not available and not installable here: {exc}")
-        raise
-    probe = run_in_image(built, ["true"])
-    if probe.returncode != 0:
-        pytest.skip(f"podman cannot run containers on this machine: {probe.stderr[-500:]}")
-    return built
 
 
 @dataclass
