@@ -99,30 +99,6 @@ def test_refusals_at_a_load_sized_for_raise_the_burst_factor_too() -> None:
     assert dec.state.burst_factor > 1.0 and "refused" in dec.reason
 
 
-def test_refusals_from_before_new_pods_served_raise_the_factor_only_for_recurring_bursts() -> None:
-    """Pods seen starting 70 s ago: the window still shows refusals from before they were
-    ready. After a one-off rise that is the rise itself (the peak sizes for it); with bursts
-    that come back it is what the factor must cover, as the next burst outruns startup."""
-    just_ready = replace(_sized(630.0), last_starting_s=P99_WINDOW_S + 30 - 70)
-    refusing = obs(P99_WINDOW_S + 30, 600.0, 2, peak=600.0, rejected=30.0)
-    one_off = decide(refusing, SPEC, just_ready)
-    assert one_off.state.burst_factor == 1.0
-    recurring = replace(just_ready, bursts_recur=True, last_burst_rps=630.0, last_burst_s=0.0)
-    assert decide(refusing, SPEC, recurring).state.burst_factor > 1.0
-
-
-def test_a_window_mean_above_its_busiest_scrape_interval_is_not_taken_as_arrivals() -> None:
-    """After a scale-up rate() extrapolates the new pods' counters (or they drain a
-    backlog): the mean then exceeds every scrape interval's rate, and only the latter is
-    arrivals."""
-    state = _sized(600.0)
-    true = decide(obs(P99_WINDOW_S + 30, 2500.0, 2, peak=2500.0), SPEC, state)
-    inflated = decide(obs(P99_WINDOW_S + 30, 5000.0, 2, peak=2500.0), SPEC, state)
-    unknown = decide(obs(P99_WINDOW_S + 30, 5000.0, 2, peak=None), SPEC, state)
-    assert inflated.replicas == true.replicas < unknown.replicas
-    assert inflated.state.peak_rps == true.state.peak_rps == 2500.0
-
-
 def test_a_breach_at_a_new_higher_peak_is_the_peaks_not_the_factors() -> None:
     dec = decide(obs(P99_WINDOW_S + 30, 600.0, 1, peak=3000.0, p99=90.0), SPEC, _sized(600.0))
     assert dec.state.burst_factor == 1.0 and dec.state.peak_rps == 3000.0

@@ -392,11 +392,6 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # interval averages away, learned from the SLO breaches the remembered peak let through.
     refused = max(0.0, obs.rejected_rps or 0.0)
     arrivals = max(0.0, rps + refused + growth)
-    if obs.peak_rps is not None and obs.peak_rps > 0:
-        # The window's mean can exceed its busiest scrape interval only by an artefact: a
-        # backlog drained by new pods, or rate() extrapolating the counters of pods that
-        # started inside the window. Taken as arrivals it would ask for replicas nobody needs.
-        arrivals = min(arrivals, obs.peak_rps + max(0.0, growth))
     draining = growth < -STEADY_RATE_CHANGE * rps  # a backlog from the past is shrinking
     # While a backlog drains the served rate overstates arrivals: no peak is learned then.
     peak_now = arrivals if draining else max(arrivals, obs.peak_rps or 0.0)
@@ -431,22 +426,13 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         quiet = True
     remembered = max(remembered_before, peak_now)
     delay_explains = spec.tune_delay and p99_obs - obs.delay_us / 1000.0 <= model.target
-    # New pods became ready some time after the last tick that saw them starting: until a
-    # window after the tick past it, p99 and refusals still show the time before they
-    # served. With recurring bursts that is what the burst factor must cover (the next burst
-    # outruns startup too); a one-off rise is no reason to provision above its peak.
-    startup_shows = (
-        state.last_starting_s is not None
-        and t - state.last_starting_s < spec.interval_s + P99_WINDOW_S
-    )
-    evidence = p99_current and (recur or not startup_shows)
     burst, burst_learned_s, burst_note = _learn_burst(
         state,
         spec,
         t=t,
-        p99_ms=p99_obs if evidence else 0.0,
+        p99_ms=p99_obs if p99_current else 0.0,
         explained=delay_explains,
-        refused_share=refused / arrivals if arrivals > 0 and evidence else 0.0,
+        refused_share=refused / arrivals if arrivals > 0 and p99_current else 0.0,
         sized_for=remembered_before * state.burst_factor,
         peak_now=peak_now,
         remembered=remembered,
