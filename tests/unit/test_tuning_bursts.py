@@ -15,8 +15,6 @@ from batchop.tuning.policy import (
     BURST_MAX,
     P99_WINDOW_S,
     SHORT_MEMORY_S,
-    SMOOTH_MEMORY_S,
-    SPIKE_RATIO,
     _learn_startup,
     _remembered,
     decide,
@@ -75,9 +73,8 @@ def test_the_remembered_peak_fades_linearly_after_the_memory() -> None:
 
 
 def _sized(state_peak: float, factor: float = 1.0) -> TuningState:
-    """Replicas sized for a burst's peak (a spike at t=0, so the peak is still held)."""
     return TuningState(peak_rps=state_peak, peak_at_s=0.0, burst_factor=factor,
-                       last_time_s=0.0, last_rps=600.0, last_pending=0.0, last_spike_s=0.0)
+                       last_time_s=0.0, last_rps=600.0, last_pending=0.0)
 
 
 def test_a_breach_at_a_load_sized_for_raises_the_burst_factor_and_replicas() -> None:
@@ -196,30 +193,6 @@ def test_a_one_off_rise_is_forgotten_sooner_than_a_burst_that_came_back() -> Non
     recurring += [(300.0, 300.0)] * 20
     held = run(recurring, spec)
     assert held[8 + 2 * short_ticks + 3] == held[8] > 1  # still held where the one-off was not
-
-
-def test_a_crest_reached_smoothly_is_forgotten_sooner_than_one_reached_by_a_burst() -> None:
-    """The same peak rate: seen as the window's mean (a ramp, a diurnal crest) it holds
-    replicas SMOOTH_MEMORY_S; seen only in a scrape interval SPIKE_RATIO above the mean (a
-    burst the window averages away), SHORT_MEMORY_S."""
-    smooth = [(3000.0, 3000.0)] * 3 + [(300.0, 300.0)] * 20
-    spiky = [(3000.0 / (SPIKE_RATIO + 0.5), 3000.0)] * 3 + [(300.0, 300.0)] * 20
-    gone = 2 + int(2 * SMOOTH_MEMORY_S // SPEC.interval_s) + 3  # hold, fade, scale-down window
-    assert (gone - 2) * SPEC.interval_s < SHORT_MEMORY_S  # the burst's peak is still held there
-    after_smooth, after_spike = run(smooth), run(spiky)
-    assert after_smooth[2] == after_spike[2] > 1  # both sized for the peak
-    assert after_smooth[gone] < after_smooth[2]  # the smooth crest is given back
-    assert after_spike[gone] == after_spike[2]  # the burst's peak is still held
-
-
-def test_a_burst_long_ago_no_longer_lengthens_the_memory() -> None:
-    """Spikes count for peak_memory_s: a smooth crest long after one is forgotten as soon."""
-    old_spike = [(1000.0, 3000.0)] + [(300.0, 300.0)] * 30
-    crest = [(3000.0, 3000.0)] * 3 + [(300.0, 300.0)] * 20
-    gone = 2 + int(2 * SMOOTH_MEMORY_S // SPEC.interval_s) + 3
-    replicas = run(old_spike + crest)
-    start = len(old_spike)
-    assert replicas[start + gone] < replicas[start + 2]
 
 
 def test_startup_time_is_learned_when_the_last_new_replica_is_ready() -> None:

@@ -9,8 +9,7 @@
    SETTLE_INTERVALS): the batch-latency curve from (avg batch, compute ms), and a correction
    of the queueing model by observed / predicted p99 at the running configuration.
 3. Demand: the arrivals (served + refused + the queue's growth), or the remembered peak
-   (the busiest scrape interval, held spec.peak_memory_s for bursts that came back, less for
-   a one-off burst, briefly for a smoothly reached crest, then fading) x the burst factor
+   (the busiest scrape interval, held spec.peak_memory_s then fading) x the burst factor
    (learned from SLO breaches at a load the replicas were sized for, relaxed when a load
    near the peak passes well within the SLO); with spec.forecast, floored by a trend.
 4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
@@ -65,8 +64,6 @@ TESTED_SHARE = 0.7  # a load this near the remembered peak tests the burst facto
 RELAX_BELOW = 0.5  # ... when p99 stays under this share of the SLO
 REFUSED_BREACH = 0.005  # refusing more than this share of arrivals breaks the SLO too
 SHORT_MEMORY_S = 240.0  # how long a peak that never came back holds its replicas
-SMOOTH_MEMORY_S = 60.0  # ... and one reached smoothly, with no burst within peak_memory_s
-SPIKE_RATIO = 1.4  # a scrape interval this far above the window's mean rate is a burst
 QUIET_SHARE = 0.5  # load below this share of the remembered peak is a quiet spell
 DEFAULT_STARTUP_S = 30.0  # replicas' startup until one has been seen
 P99_WINDOW_S = 60.0  # Triton's p99 summary still shows the past this long after a change or a fall
@@ -395,18 +392,9 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     draining = growth < -STEADY_RATE_CHANGE * rps  # a backlog from the past is shrinking
     # While a backlog drains the served rate overstates arrivals: no peak is learned then.
     peak_now = arrivals if draining else max(arrivals, obs.peak_rps or 0.0)
-    # The memory is long only for bursts that came back: a one-off rise (a step, a flash
-    # crowd) is held SHORT_MEMORY_S, then fades as long again; a peak reached smoothly (no
-    # scrape interval SPIKE_RATIO above the window's mean within spec.peak_memory_s: a ramp,
-    # a diurnal crest) only SMOOTH_MEMORY_S, as a smooth fall predicts no sudden return.
-    spike_s = state.last_spike_s
-    if arrivals > 0 and peak_now > SPIKE_RATIO * arrivals:
-        spike_s = t
-    spiky = spike_s is not None and t - spike_s <= spec.peak_memory_s
-    if state.bursts_recur:
-        memory = spec.peak_memory_s
-    else:
-        memory = min(spec.peak_memory_s, SHORT_MEMORY_S if spiky else SMOOTH_MEMORY_S)
+    # The memory is long only for bursts that came back: a one-off rise (a step, a ramp)
+    # is held SHORT_MEMORY_S, then fades as long again.
+    memory = spec.peak_memory_s if state.bursts_recur else min(spec.peak_memory_s, SHORT_MEMORY_S)
     remembered_before = _remembered(state, t, memory)
     peak, peak_at = state.peak_rps, state.peak_at_s
     if peak_now >= remembered_before and peak_now > 0:
@@ -603,7 +591,6 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         last_burst_s=seen_at,
         quiet_since_peak=quiet,
         bursts_recur=recur,
-        last_spike_s=spike_s,
         burst_factor=burst,
         burst_learned_s=burst_learned_s,
         startup_s=_learn_startup(state, obs, t),

@@ -130,9 +130,6 @@ class TuningState:
     last_burst_s: float | None = None
     quiet_since_peak: bool = False
     bursts_recur: bool = False
-    # The last tick whose busiest scrape interval was well above the window's mean rate (a
-    # burst the window averages away): until peak_memory_s after it, peaks are held longer.
-    last_spike_s: float | None = None
     burst_learned_s: float | None = None
     # How long a new replica took to become ready (learned; the forecast looks this far).
     startup_s: float | None = None
