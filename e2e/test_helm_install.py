@@ -20,7 +20,7 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,22 +37,12 @@ from batchop_dev.local import helmchart
 from batchop_dev.local.imagepods import ImagePodRunner
 from batchop_dev.local.load import BatchedModelPods, run_load
 from batchop_dev.local.triton import write_model_repository
+from batchop_dev.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATOR = "app.kubernetes.io/instance={release},app.kubernetes.io/component=operator"
-
-
-def _wait(what: str, check: Callable[[], Any], timeout_s: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
-        time.sleep(1.0)
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -146,7 +136,7 @@ def _serving(cluster: Any, bm: dict[str, Any], replicas: int) -> dict[str, Any]:
                     for c in status.get("conditions") or [])
         return got if ready and status.get("readyReplicas") == replicas else None
 
-    got = _wait(f"the operator to report {replicas} Ready replicas", reconciled, 300)
+    got = wait_for(reconciled, f"the operator to report {replicas} Ready replicas", 300)
     source = BatchedModelPods(meta["namespace"], meta["name"], str(cluster.kubeconfig))
     report = asyncio.run(run_load(constant_trace(4.0, 25.0), source, keep_records=False))
     assert report["ok"] > 50 and report["failed"] == 0, report["errors"]
@@ -179,8 +169,8 @@ def test_install_runs_the_operator_pod_from_the_image(cluster: Any, release: Rel
     assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
     # The operator elected itself leader under its pod's name: it talks to the API server
     # with the mounted token and the in-cluster config.
-    holder = _wait("the chart's operator to hold the Lease",
-                   lambda: _lease_holder(cluster, release), 120)
+    holder = wait_for(lambda: _lease_holder(cluster, release),
+                      "the chart's operator to hold the Lease", 120)
     assert holder.startswith(pod["metadata"]["name"] + "_"), holder
 
 
@@ -188,7 +178,7 @@ def test_a_killed_operator_container_is_restarted_and_counted(
         cluster: Any, release: Release) -> None:
     (pod,) = _operator_pods(cluster, release)
     key = (release.namespace, pod["metadata"]["name"])
-    holder = _wait("a Lease holder", lambda: _lease_holder(cluster, release), 120)
+    holder = wait_for(lambda: _lease_holder(cluster, release), "a Lease holder", 120)
     subprocess.run(["podman", "kill", "--signal", "KILL", release.runner.running()[key]],
                    capture_output=True, check=True, timeout=60)
 
@@ -197,12 +187,12 @@ def test_a_killed_operator_container_is_restarted_and_counted(
         (status,) = got["status"]["containerStatuses"]
         return got if status["restartCount"] >= 1 and _ready(got) else None
 
-    got = _wait("the pod to be restarted and Ready again", restarted, 120)
+    got = wait_for(restarted, "the pod to be restarted and Ready again", 120)
     (status,) = got["status"]["containerStatuses"]
     assert status["lastState"]["terminated"]["exitCode"] == 137
     # The new process is a new candidate: it takes the Lease once the dead one's expires.
-    _wait("the restarted operator to take the Lease", lambda: _lease_holder(
-        cluster, release) not in ("", holder), 120)
+    wait_for(lambda: _lease_holder(cluster, release) not in ("", holder),
+             "the restarted operator to take the Lease", 120)
 
 
 def test_the_operator_reconciles_a_batchedmodel_whose_triton_serves(
@@ -242,8 +232,9 @@ def test_prometheus_scrapes_the_operator_through_the_charts_servicemonitor(
         run_load(constant_trace(90.0, 30.0), source, keep_records=False)), daemon=True)
     load.start()
     url = stack.prometheus.url
-    series = _wait("the operator's series for the model", lambda: _query(
-        url, f'batchop_ready_replicas{{namespace="{namespace}", batchedmodel="{name}"}}'), 90)
+    series = wait_for(lambda: _query(
+        url, f'batchop_ready_replicas{{namespace="{namespace}", batchedmodel="{name}"}}'),
+        "the operator's series for the model", 90)
     assert "exported_namespace" not in series[0]["metric"], series
     assert series[0]["metric"]["job"] == f"{release.name}-metrics"
     panels = [(title, dashboard.substitute(q.expr, namespace, name, interval="30s"))
@@ -288,13 +279,13 @@ def test_upgrade_rolls_the_operator_and_it_keeps_working(
         fresh = [p for p in pods if p["metadata"]["uid"] != old["metadata"]["uid"]]
         return fresh[0] if len(pods) == 1 and fresh and _ready(fresh[0]) else None
 
-    new = _wait("the upgrade to replace the operator pod", rolled, 180)
+    new = wait_for(rolled, "the upgrade to replace the operator pod", 180)
     env = {e["name"]: e.get("value") for e in new["spec"]["containers"][0]["env"]}
     assert env["BATCHOP_VERBOSE"] == "true"
-    _wait("the old pod's container to stop", lambda: (release.namespace,
-          old["metadata"]["name"]) not in release.runner.running(), 90)
-    _wait("the new operator to take the Lease", lambda: _lease_holder(cluster, release)
-          .startswith(new["metadata"]["name"] + "_"), 120)
+    wait_for(lambda: (release.namespace, old["metadata"]["name"]) not in release.runner.running(),
+             "the old pod's container to stop", 90)
+    wait_for(lambda: _lease_holder(cluster, release).startswith(new["metadata"]["name"] + "_"),
+             "the new operator to take the Lease", 120)
     # It acts: a scale-up of the BatchedModel is carried out by the new pod.
     meta = model["metadata"]
     cluster.kubectl("patch", "batchedmodel", "-n", meta["namespace"], meta["name"],
@@ -323,10 +314,10 @@ def test_uninstall_leaves_nothing_of_the_chart_but_the_crd(
         "get", "all,serviceaccount,configmap,role,rolebinding,clusterrole,clusterrolebinding,"
         "poddisruptionbudget", "-A", "-l", f"app.kubernetes.io/instance={release.name}",
         "-o", "name").stdout.split()
-    _wait("the operator pod to go", lambda: not _operator_pods(cluster, release), 120)
+    wait_for(lambda: not _operator_pods(cluster, release), "the operator pod to go", 120)
     assert [o for o in labelled if not o.startswith("pod/")] == []
     crd = cluster.kubectl("get", "crd", "batchedmodels.batchop.io", "-o", "name")
     assert crd.stdout.strip() == "customresourcedefinition.apiextensions.k8s.io/" \
         "batchedmodels.batchop.io"
-    _wait("the runner to stop the operator's container", lambda: not [
-        k for k in release.runner.running() if k[0] == release.namespace], 90)
+    wait_for(lambda: not [k for k in release.runner.running() if k[0] == release.namespace],
+             "the runner to stop the operator's container", 90)

@@ -13,8 +13,6 @@ import copy
 import json
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +26,13 @@ from batchop.sim.profile import load_profile
 from batchop.sim.trace import constant_trace
 from batchop_dev.local.load import StaticTargets, run_load
 from batchop_dev.local.triton import write_model_repository
+from batchop_dev.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "e2e-stack"
 NAME = "stack-demo"
-
-
-def _wait(what: str, check: Callable[[], Any], timeout_s: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
-        time.sleep(1.0)
 
 
 def _pods(cluster: Any) -> list[dict[str, Any]]:
@@ -79,8 +67,8 @@ def deployed(cluster: Any, stack: Any) -> Any:
 
 
 def test_pods_get_a_real_triton_and_turn_ready(cluster: Any, stack: Any, deployed: Any) -> None:
-    pods = _wait("2 Ready pods", lambda: [p for p in _pods(cluster) if _ready(p)]
-                 if sum(_ready(p) for p in _pods(cluster)) == 2 else None, timeout_s=180)
+    pods = wait_for(lambda: [p for p in _pods(cluster) if _ready(p)]
+                    if sum(_ready(p) for p in _pods(cluster)) == 2 else None, "2 Ready pods", 180)
     servers = stack.runner.servers()
     for pod in pods:
         key = (NAMESPACE, pod["metadata"]["name"])
@@ -94,14 +82,14 @@ def test_pods_get_a_real_triton_and_turn_ready(cluster: Any, stack: Any, deploye
 def test_prometheus_scrapes_pods_and_observer_sees_load(
     cluster: Any, stack: Any, deployed: Any
 ) -> None:
-    _wait("2 Ready pods", lambda: sum(_ready(p) for p in _pods(cluster)) == 2, timeout_s=180)
+    wait_for(lambda: sum(_ready(p) for p in _pods(cluster)) == 2, "2 Ready pods", 180)
 
     def scraped() -> list[dict[str, Any]]:
         ups = [t for t in stack.prometheus.active_targets()
                if t["labels"].get("batchedmodel") == NAME and t["health"] == "up"]
         return ups if len(ups) == 2 else []
 
-    targets = _wait("Prometheus scraping both pods", scraped, timeout_s=60)
+    targets = wait_for(scraped, "Prometheus scraping both pods", 60)
     for t in targets:
         assert t["labels"]["namespace"] == NAMESPACE
         assert t["labels"]["pod"].startswith(NAME)
@@ -118,13 +106,13 @@ def test_prometheus_scrapes_pods_and_observer_sees_load(
         parts = observer.observe().get((NAMESPACE, NAME))
         return parts if parts and parts.rps and parts.scraped_pods == 2 else None
 
-    parts = _wait("the observer to see the load", observed, timeout_s=30)
+    parts = wait_for(observed, "the observer to see the load", 30)
     assert parts.rps > 0 and parts.p99_ms is not None and parts.p99_ms > 0
     assert parts.avg_batch is not None and parts.avg_batch >= 1
 
 
 def test_crashed_triton_is_restarted_and_counted(cluster: Any, stack: Any, deployed: Any) -> None:
-    _wait("2 Ready pods", lambda: sum(_ready(p) for p in _pods(cluster)) == 2, timeout_s=180)
+    wait_for(lambda: sum(_ready(p) for p in _pods(cluster)) == 2, "2 Ready pods", 180)
     name = _pods(cluster)[0]["metadata"]["name"]
     server = stack.runner.servers()[(NAMESPACE, name)]
     os.killpg(server.proc.pid, signal.SIGKILL)
@@ -134,16 +122,15 @@ def test_crashed_triton_is_restarted_and_counted(cluster: Any, stack: Any, deplo
         (cs,) = pod["status"]["containerStatuses"]
         return pod if cs["restartCount"] >= 1 and _ready(pod) else None
 
-    pod = _wait("the pod to be restarted and Ready again", restarted, timeout_s=120)
+    pod = wait_for(restarted, "the pod to be restarted and Ready again", 120)
     (cs,) = pod["status"]["containerStatuses"]
     assert cs["lastState"]["terminated"]["exitCode"] == 137
     assert stack.runner.servers()[(NAMESPACE, name)].proc.pid != server.proc.pid
 
 
 def test_server_stops_when_its_pod_goes(cluster: Any, stack: Any, deployed: Any) -> None:
-    _wait("2 Ready pods", lambda: sum(_ready(p) for p in _pods(cluster)) == 2, timeout_s=180)
+    wait_for(lambda: sum(_ready(p) for p in _pods(cluster)) == 2, "2 Ready pods", 180)
     cluster.kubectl("scale", "deployment", "-n", NAMESPACE, "--all", "--replicas=1")
-    _wait("one pod left", lambda: len(_pods(cluster)) == 1, timeout_s=120)
-    _wait("one tritonserver left",
-          lambda: len([k for k in stack.runner.servers() if k[0] == NAMESPACE]) == 1,
-          timeout_s=30)
+    wait_for(lambda: len(_pods(cluster)) == 1, "one pod left", 120)
+    wait_for(lambda: len([k for k in stack.runner.servers() if k[0] == NAMESPACE]) == 1,
+             "one tritonserver left", 30)

@@ -31,6 +31,7 @@ from batchop.sim.trace import Trace
 from batchop_dev.local.demo import _LoadThread
 from batchop_dev.local.load import BatchedModelPods, run_load
 from batchop_dev.local.triton import write_model_repository
+from batchop_dev.polling import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -39,6 +40,7 @@ NAMESPACE = "e2e-faults"
 NAME = "faulty"
 START_DELAY_US = 500
 NEW_DELAY_US = 3000
+PATIENCE_S = 150.0  # per wait: a Prometheus outage outlasts the rate window
 
 
 def _bm(cluster: Any) -> dict[str, Any]:
@@ -51,17 +53,6 @@ def _condition(bm: dict[str, Any], ctype: str) -> dict[str, Any]:
         if cond.get("type") == ctype:
             return dict(cond)
     return {}
-
-
-def _wait(probe: Any, what: str, timeout: float = 150.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
 
 
 def test_prometheus_outage_holds_then_resumes_and_a_rejected_reload_keeps_serving(
@@ -89,22 +80,23 @@ def test_prometheus_outage_holds_then_resumes_and_a_rejected_reload_keeps_servin
     load: Any = None
     try:
         cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
-        _wait(lambda: (_bm(cluster).get("status") or {}).get("readyReplicas"), "a Ready pod")
+        wait_for(lambda: (_bm(cluster).get("status") or {}).get("readyReplicas"), "a Ready pod",
+                 PATIENCE_S)
         source = BatchedModelPods(NAMESPACE, NAME, kubeconfig=str(cluster.kubeconfig))
         # Background traffic so Triton's series (p99 included) exist; cancelled at the end.
         load = _LoadThread(Trace(seconds=(0.0, 900.0), rps=(30.0, 30.0), name="bg"), source)
         load.start()
-        _wait(lambda: _condition(_bm(cluster), "MetricsAvailable").get("status") == "True",
-              "MetricsAvailable=True with Triton's series in Prometheus")
+        wait_for(lambda: _condition(_bm(cluster), "MetricsAvailable").get("status") == "True",
+                 "MetricsAvailable=True with Triton's series in Prometheus", PATIENCE_S)
 
         # --- Prometheus down: hold; back: resume -------------------------------------------
         before = _bm(cluster)
         stack.prometheus.stop()
         try:
-            down = _wait(
+            down = wait_for(
                 lambda: _condition(_bm(cluster), "MetricsAvailable").get("status") == "False"
                 and _bm(cluster),
-                "MetricsAvailable=False while Prometheus is down",
+                "MetricsAvailable=False while Prometheus is down", PATIENCE_S,
             )
             assert "Prometheus unavailable" in _condition(down, "MetricsAvailable")["message"]
             assert _condition(down, "SLOMet")["status"] == "Unknown"
@@ -116,11 +108,11 @@ def test_prometheus_outage_holds_then_resumes_and_a_rejected_reload_keeps_servin
             stack.prometheus.start()
         # p99 (a gauge) is back after one scrape; a rate needs two samples inside its window,
         # and the outage outlasted the window: the tuner has resumed once both are in status.
-        back = _wait(
+        back = wait_for(
             lambda: _condition(_bm(cluster), "MetricsAvailable").get("status") == "True"
             and (_bm(cluster).get("status") or {}).get("metrics", {}).get("requestsPerSecond")
             and _bm(cluster),
-            "MetricsAvailable=True and requestsPerSecond again once Prometheus is back",
+            "MetricsAvailable=True and requestsPerSecond again once Prometheus is back", PATIENCE_S,
         )
         # The pod was brought to the spec's delay and queue policy over gRPC (the hitless
         # path; HTTP is the fallback that stalls requests), and status says which was used.
@@ -140,12 +132,13 @@ def test_prometheus_outage_holds_then_resumes_and_a_rejected_reload_keeps_servin
             return [e for e in listing["items"] if e["reason"] == "ReloadFailed"
                     and f"delay {NEW_DELAY_US} us not applied" in e["message"]]
 
-        failed = _wait(rejected, f"a ReloadFailed event for the {NEW_DELAY_US} us delay")
+        failed = wait_for(rejected, f"a ReloadFailed event for the {NEW_DELAY_US} us delay",
+                          PATIENCE_S)
         print(f"\n[faults] ReloadFailed: {failed[0]['message']}")
-        degraded = _wait(
+        degraded = wait_for(
             lambda: (c := _condition(_bm(cluster), "Degraded")).get("reason")
             == "DelayNotApplied" and c,
-            "Degraded=DelayNotApplied",
+            "Degraded=DelayNotApplied", PATIENCE_S,
         )
         assert degraded["status"] == "True" and NAME in degraded["message"]
         pods = cluster.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",

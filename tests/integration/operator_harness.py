@@ -13,12 +13,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from batchop_dev import polling
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "batchedmodel.yaml"
@@ -28,23 +29,9 @@ T = TypeVar("T")
 def wait_for(
     probe: Callable[[], T], what: str, timeout: float = 120, operator: Operator | None = None
 ) -> T:
-    """Poll `probe` until it returns something truthy; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = probe()
-        except Exception as exc:  # a transient API error is one more try
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            tail = f"\n--- operator log ---\n{operator.log_tail()}" if operator else ""
-            raise AssertionError(
-                f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}{tail}"
-            )
-        time.sleep(0.5)
+    """`polling.wait_for` every 0.5 s; a timeout shows the operator's log tail, if given."""
+    context = (lambda: f"--- operator log ---\n{operator.log_tail()}") if operator else None
+    return polling.wait_for(probe, what, timeout, interval=0.5, context=context)
 
 
 def install_crd(cluster: Any) -> None:
