@@ -38,6 +38,7 @@ from batchop.api.constants import GROUP as API_GROUP
 from batchop.api.errors import SpecError
 from batchop.api.models import parse_batched_model
 from batchop.controller.kube import APIError, NotServed
+from batchop.controller.login import bounded_login
 from batchop.controller.reconcile import (
     absent_kinds,
     child_action,
@@ -371,8 +372,10 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     import kopf
 
     registry = kopf.OperatorRegistry()
-    # Log in as the official client does: in-cluster service account, else $KUBECONFIG.
-    kopf.on.login(registry=registry)(kopf.login_via_client)
+    # Log in as the official client does (in-cluster service account, else $KUBECONFIG), with
+    # a bounded connection pool: see controller/login.py.
+    watched_kinds = len(CHILD_WATCHES) + 2  # and BatchedModels, pods
+    kopf.on.login(registry=registry)(bounded_login(settings, watched_kinds))
     present = {LABEL_MODEL: kopf.PRESENT}
     indexes: dict[str, Any] = {}
 
