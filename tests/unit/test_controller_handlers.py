@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 
 import pytest
-from controller_fakes import World
+from controller_fakes import NOW, World
 
-from batchop.controller.handlers import SpecRefused, slim_pod
+from batchop.controller.handlers import UNSERVED_RECHECK_S, SpecRefused, slim_pod
 from batchop.controller.kube import APIError
 from batchop.controller.reconcile import child_key
 from batchop.controller.settings import Settings
@@ -58,6 +59,30 @@ def test_missing_pod_monitor_crd_is_skipped_with_one_warning() -> None:
     warnings = [e for e in w.events if e[1] == "PodMonitorSkipped"]
     assert len(warnings) == 1 and "--no-pod-monitor" in warnings[0][2]
     assert w.conditions()["Degraded"]["status"] == "False"
+
+
+def test_an_unserved_kind_is_looked_for_once_not_per_reconcile() -> None:
+    """--no-pod-monitor on a cluster without the PodMonitor CRD: whether a PodMonitor is left
+    over is asked once (no CRD, no leftover), then again only after the recheck interval."""
+    w = World(Settings(pod_monitor=False), serves_pod_monitor=False)
+    for _ in range(3):
+        w.handlers.reconcile(w.bm)
+    assert w.cluster.writes.count("get PodMonitor") == 1
+    assert w.cluster.writes.count("get PodDisruptionBudget") == 0  # desired: applied
+    later = NOW + timedelta(seconds=UNSERVED_RECHECK_S)
+    w.handlers.clock = lambda: later
+    w.handlers.reconcile(w.bm)
+    assert w.cluster.writes.count("get PodMonitor") == 2
+    assert ("Deployment", "cpu-demo") in w.cluster.objects
+
+
+def test_a_served_kind_is_looked_for_on_every_reconcile() -> None:
+    """With the CRD served, a PodMonitor left over from before --no-pod-monitor is found
+    and deleted, whenever it appears."""
+    w = World(Settings(pod_monitor=False))
+    w.handlers.reconcile(w.bm)
+    w.handlers.reconcile(w.bm)
+    assert w.cluster.writes.count("get PodMonitor") == 2
 
 
 def test_invalid_spec_is_refused_and_reported() -> None:

@@ -59,6 +59,10 @@ from batchop.render import selector_labels
 
 log = logging.getLogger("batchop.controller")
 
+# How long a kind the API server did not serve is taken as still not served (a CRD
+# installed later is then looked at again).
+UNSERVED_RECHECK_S = 300.0
+
 Poster = Callable[[Mapping[str, Any], str, str, str], None]  # (bm, type, reason, message)
 Lookup = Callable[[str, str], tuple[Mapping[str, Any] | None, list[Mapping[str, Any]]]]
 
@@ -70,7 +74,9 @@ class ClusterAPI(Protocol):
 
     def get_child(
         self, api_version: str, kind: str, namespace: str, name: str
-    ) -> dict[str, Any] | None: ...
+    ) -> dict[str, Any] | None:
+        """None when absent; raises NotServed when the kind is not served."""
+        ...
 
     def get_model(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
@@ -147,6 +153,7 @@ class Handlers:
         # The lock, newest copy and status writes of each model, shared with the tuning loop.
         self.store = store if store is not None else ModelStore(cluster)
         self._unserved: set[tuple[ModelKey, str]] = set()
+        self._unserved_kinds: dict[tuple[str, str], datetime] = {}  # see _absent_child
         self._failures: dict[ModelKey, tuple[str, str]] = {}
         self._laggards: dict[ModelKey, tuple[str, str]] = {}
 
@@ -178,7 +185,7 @@ class Handlers:
                 except NotServed as exc:
                     self._skip_unserved(bm, child, str(exc))
             candidates = [
-                self.cluster.get_child(av, kind, key[0], name)
+                self._absent_child(av, kind, key[0], name)
                 for av, kind, name in absent_kinds(desired, key[1])
             ]
             live = [c for c in candidates if c is not None]
@@ -192,6 +199,27 @@ class Handlers:
         self._failures.pop(key, None)
         self.refresh_status(bm, applied)
         return done
+
+    def _absent_child(
+        self, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """A child of a kind the desired set lacks, if one is left over (None: none is).
+
+        A kind the API server does not serve (PodMonitor without its CRD, with
+        --no-pod-monitor) cannot have a leftover: learnt once, it is not asked about again
+        for UNSERVED_RECHECK_S, instead of one GET per model (1,000 at a cold start).
+        """
+        learnt = self._unserved_kinds.get((api_version, kind))
+        now = self.clock()
+        if learnt is not None and (now - learnt).total_seconds() < UNSERVED_RECHECK_S:
+            return None
+        try:
+            found = self.cluster.get_child(api_version, kind, namespace, name)
+        except NotServed:
+            self._unserved_kinds[(api_version, kind)] = now
+            return None
+        self._unserved_kinds.pop((api_version, kind), None)
+        return found
 
     def _skip_unserved(self, bm: Mapping[str, Any], child: Mapping[str, Any], why: str) -> None:
         """A kind the cluster lacks (PodMonitor without prometheus-operator): warn once, go on."""
