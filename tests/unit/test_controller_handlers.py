@@ -137,6 +137,28 @@ def test_child_events_ignored_when_owner_is_gone_or_going_or_someone_else() -> N
     assert not w.events
 
 
+def test_only_child_events_that_call_for_an_api_call_need_a_handler_thread() -> None:
+    """kopf asks this in its event loop before queueing a child's event for a handler
+    thread: the children just applied, unchanged, need nothing; a deleted or edited child,
+    or a Deployment whose status changes the model's, does."""
+    w = World()
+    w.handlers.reconcile(w.bm)
+    for kind in ("Deployment", "Service", "PodDisruptionBudget", "PodMonitor"):
+        child = copy.deepcopy(w.cluster.objects[(kind, "cpu-demo")])
+        assert not w.handlers.needs_handling("ADDED", child, w.bm), kind
+        assert w.handlers.needs_handling("DELETED", child, w.bm), kind
+    service = copy.deepcopy(w.cluster.objects[("Service", "cpu-demo")])
+    service["spec"]["ports"] = []
+    assert w.handlers.needs_handling("MODIFIED", service, w.bm)
+    assert not w.handlers.needs_handling("MODIFIED", service, None)  # owner gone
+    dep = w.deployment()
+    assert dep is not None
+    dep["status"] = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
+    assert w.handlers.needs_handling("MODIFIED", copy.deepcopy(dep), w.bm)
+    w.handlers.refresh_status(w.bm)
+    assert not w.handlers.needs_handling("MODIFIED", copy.deepcopy(dep), w.bm)
+
+
 def test_drift_under_an_invalid_spec_is_left_alone_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

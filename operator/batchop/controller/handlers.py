@@ -52,7 +52,7 @@ from batchop.controller.reconcile import (
 )
 from batchop.controller.settings import Settings
 from batchop.controller.state import ModelStore, model_key
-from batchop.controller.status import OWNED_CONDITIONS, compute_status
+from batchop.controller.status import OWNED_CONDITIONS, compute_status, status_differs
 from batchop.controller.tuning_loop import TuningLoop
 from batchop.observe.prometheus import PrometheusObserver
 from batchop.render import selector_labels
@@ -270,15 +270,16 @@ class Handlers:
 
     # --- children ----------------------------------------------------------------------------
 
-    def child_event(
+    def child_decision(
         self, event_type: str | None, child: Mapping[str, Any], bm: Mapping[str, Any] | None
-    ) -> str:
-        """Restore a drifted or deleted child. Returns the action taken ("none" mostly)."""
+    ) -> tuple[str, Mapping[str, Any] | None]:
+        """What a child's event calls for ("apply", "delete", "none"), and the desired child.
+        No I/O: also run in kopf's event loop (see `needs_handling`)."""
         if bm is None or bm["metadata"].get("deletionTimestamp"):
-            return "none"  # the owner is gone or going: the garbage collector finishes
+            return "none", None  # the owner is gone or going: the garbage collector finishes
         owner = controller_of(child)
         if owner is not None and owner[2] != bm["metadata"].get("uid"):
-            return "none"  # a leftover of an earlier BatchedModel of the same name
+            return "none", None  # a leftover of an earlier BatchedModel of the same name
         try:
             desired = {child_key(c): c for c in desired_children(bm, self.settings)}
         except SpecError as exc:  # reconcile reports it in status; nothing to restore from
@@ -287,12 +288,38 @@ class Handlers:
                 describe(child_key(child)), exc,
                 extra={"namespace": model_key(bm)[0], "batchedmodel": model_key(bm)[1]},
             )  # fmt: skip
-            return "none"
+            return "none", None
         action = child_action(event_type, child, desired, str(bm["metadata"].get("uid")))
+        return action, desired.get(child_key(child))
+
+    def needs_handling(
+        self, event_type: str | None, child: Mapping[str, Any], bm: Mapping[str, Any] | None
+    ) -> bool:
+        """Whether a child's event calls for an API call: a repair, or (a Deployment's) a
+        status write. No I/O, so kopf can ask it in its event loop before queueing the event
+        for a handler thread.
+
+        Why: at a cold start every reconcile's applies come back as child events, queued in
+        kopf's executor behind the remaining reconciles; each waiting event held its kopf
+        worker and the child's whole body (managedFields included) for most of the cold
+        phase, and at 1,000 models that transient memory set the operator's peak RSS. Most
+        of those events (the children just applied, unchanged) need nothing.
+        """
+        if self.child_decision(event_type, child, bm)[0] != "none":
+            return True
+        return bm is not None and child.get("kind") == "Deployment" and self.status_changes(bm)
+
+    def child_event(
+        self, event_type: str | None, child: Mapping[str, Any], bm: Mapping[str, Any] | None
+    ) -> str:
+        """Restore a drifted or deleted child. Returns the action taken ("none" mostly)."""
+        action, want = self.child_decision(event_type, child, bm)
+        if bm is None:
+            return "none"
         key = child_key(child)
-        if action == "apply":
+        if action == "apply" and want is not None:
             try:
-                self.cluster.apply(desired[key])
+                self.cluster.apply(want)
             except NotServed as exc:  # reconcile warned about the missing kind once
                 log.debug("not restoring %s: %s", describe(key), exc)
                 return "none"
@@ -315,26 +342,33 @@ class Handlers:
         `applied`: the Deployment as reconcile just applied it, for when the index has not
         seen it yet (a new model): status then says what is, not "Deployment missing".
         """
-        key = model_key(bm)
-
-        def compute(current: Mapping[str, Any]) -> dict[str, Any]:
-            deployment, pods = self.lookup(*key)
-            if deployment is None:
-                deployment = applied
-            return compute_status(
-                current,
-                self._selector(current, deployment),
-                deployment,
-                pods,
-                self.clock(),
-                self._failures.get(key) or self._laggards.get(key),
-            )
-
-        written = self.store.write_status(bm, compute)
+        written = self.store.write_status(bm, lambda current: self._status(current, applied))
         if written is not None:
             self._announce(written[0], written[0].get("status") or {}, written[1])
             return written[1]
         return None
+
+    def status_changes(self, bm: Mapping[str, Any]) -> bool:
+        """Whether `refresh_status` would write (from the newest copy known). No I/O."""
+        current = self.store.newest(bm)
+        return status_differs(current.get("status"), self._status(current))
+
+    def _status(
+        self, current: Mapping[str, Any], applied: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The operator's status fields for `current`, from the indexed Deployment and pods."""
+        key = model_key(current)
+        deployment, pods = self.lookup(*key)
+        if deployment is None:
+            deployment = applied
+        return compute_status(
+            current,
+            self._selector(current, deployment),
+            deployment,
+            pods,
+            self.clock(),
+            self._failures.get(key) or self._laggards.get(key),
+        )
 
     def _selector(
         self, bm: Mapping[str, Any], deployment: Mapping[str, Any] | None
@@ -511,10 +545,24 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
                 "handling %s %s failed: %s", body.get("kind"), body["metadata"]["name"], exc
             )
 
+    def child_needs_handling(type: str, body: Any, **kwargs: Any) -> bool:  # noqa: A002
+        """kopf's `when` filter of the child watches, run in its event loop: only events that
+        call for an API call wait for a handler thread (see Handlers.needs_handling)."""
+        owner = controller_of(body) or model_of(body)
+        if owner is None:
+            return False
+        bm = _first(kwargs["batchedmodels"], owner[:2])
+        try:
+            return logic.needs_handling(type, body, bm)
+        except Exception:  # a filter must not raise (kopf would stop): let the handler judge
+            log.debug("child event of %s/%s: handled to be sure", *owner[:2], exc_info=True)
+            return True
+
     for group, version, plural in CHILD_WATCHES:
         kopf.on.event(
-            group, version, plural, labels=present, registry=registry, id=f"watch-{plural}"
-        )(on_child)
+            group, version, plural, labels=present, registry=registry, id=f"watch-{plural}",
+            when=child_needs_handling,
+        )(on_child)  # fmt: skip
 
     @kopf.on.event("", "v1", "pods", labels=present, registry=registry, id="watch-pods")
     def on_pod(body: Any, **kwargs: Any) -> None:
