@@ -2,10 +2,12 @@
 
 Why: kopf's own HTTP session has no connection limit (aiohttp `TCPConnector(limit=0)`), so
 each concurrent kopf request of a cold start (its annotation patches, Events, watch
-streams) opens a TLS connection of its own, and each connection holds a 128 KiB asyncio TLS
-read buffer. At 1,000 models that was about 1,700 connections and 223 MiB of the operator's
-RSS. kopf lets a login handler return its own aiohttp session (`kopf.AiohttpSession`,
-"Custom HTTP sessions" in kopf's docs); this one is kopf's session with a limit.
+streams) opens a TLS connection of its own, each with a 128 KiB asyncio TLS read buffer,
+and how many depends only on how much kopf has in flight. Capped, the operator held 74-80
+TCP connections (all its clients) through a cold start of 1,000 models (analysis in
+bench/results/operator_scale.md). kopf lets a login handler return its own aiohttp session
+(`kopf.AiohttpSession`, "Custom HTTP sessions" in kopf's docs); this one is kopf's session
+with a limit.
 
 The limit must leave room for the watch streams, which hold a connection each for as long
 as they stream (if they took every slot, no patch could be sent): one per watched kind per
