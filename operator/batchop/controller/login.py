@@ -2,7 +2,7 @@
 
 Why: kopf's own HTTP session has no connection limit (aiohttp `TCPConnector(limit=0)`), so
 each concurrent kopf request of a cold start (its annotation patches, Events, watch
-streams) opens a TLS connection of its own, each with a 128 KiB asyncio TLS read buffer,
+streams) opens a TLS connection of its own, each with its asyncio TLS read buffer,
 and how many depends only on how much kopf has in flight. Capped, the operator held 74-80
 TCP connections (all its clients) through a cold start of 1,000 models (analysis in
 bench/results/operator_scale.md). kopf lets a login handler return its own aiohttp session
