@@ -132,6 +132,28 @@ def proc_figures(pid: int) -> tuple[float, float, float]:
     return cpu, mem.get("VmRSS", 0.0), mem.get("VmHWM", 0.0)
 
 
+# The local cluster's own processes (kwokctl's binary runtime), whose CPU the cold phase is
+# also measured in: they share the machine's cores with the operator.
+COMPONENTS = ("kube-apiserver", "etcd", "kube-controller-manager", "kwok-controller")
+
+
+def component_pids(cluster: LocalCluster) -> dict[str, int]:
+    """The cluster's control-plane processes, by program name (absent ones left out)."""
+    found: dict[str, int] = {}
+    where = str(cluster.workdir)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        program = Path(argv[0].decode(errors="replace")).name
+        if program in COMPONENTS and where in b" ".join(argv).decode(errors="replace"):
+            found[program] = int(entry.name)
+    return found
+
+
 def tick_figures(metrics_url: str) -> tuple[int, float, float]:
     """(ticks, total tick wall s, total Prometheus query+parse wall s) from /metrics.
 
@@ -288,6 +310,8 @@ def measure_operator(
     ]  # fmt: skip
     row: dict[str, Any] = {"n": n, "cold_s": None, "cold_99_s": None, "stuck": 0}
     calls0 = api_calls(cluster)
+    components = component_pids(cluster)
+    component_cpu0 = {k: proc_figures(pid)[0] for k, pid in components.items()}
     row["load_start"] = os.getloadavg()[0]
     with open(log_path, "wb") as log:
         t0 = time.monotonic()
@@ -321,6 +345,9 @@ def measure_operator(
             row["cold_s"] = time.monotonic() - t0
         row["cold_cpu_s"], _, row["cold_peak_mib"] = proc_figures(proc.pid)
         cold_end = time.monotonic()
+        row["cold_component_cpu_s"] = {
+            k: proc_figures(pid)[0] - component_cpu0[k] for k, pid in components.items()
+        }
         if spy is not None and profile is not None:
             stop_profile(spy, profile / f"cold-{n}.txt")
             spy = None
@@ -486,6 +513,26 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def cpu_table(rows: list[dict[str, Any]]) -> str:
+    """CPU seconds each process used in the cold phase, and its share of the phase's wall time
+    (1.00 = one core busy throughout; the machine has os.cpu_count() cores in all)."""
+    lines = [
+        "| N models | cold phase | operator | " + " | ".join(COMPONENTS) + " |",
+        "|---" * (len(COMPONENTS) + 3) + "|",
+    ]
+    for r in rows:
+        wall = r["cold_s"] or r["cold_99_s"]
+        if not wall:
+            continue
+        used = {"operator": r["cold_cpu_s"], **r.get("cold_component_cpu_s", {})}
+        cells = [
+            f"{used[k]:.1f} s ({used[k] / wall:.2f})" if k in used else "not found"
+            for k in ("operator", *COMPONENTS)
+        ]
+        lines.append(f"| {r['n']} | {wall:.1f} s | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def calls_table(rows: list[dict[str, Any]]) -> str:
     """API calls per model in the cold phase, by kind (counted at the API server)."""
     kinds = sorted({k for r in rows for k in r.get("cold_calls", {}) if k != "all"})
@@ -536,7 +583,11 @@ def write_results(
         "API calls per model in the cold phase (operator start to the last model Ready), "
         "counted at the API server (`apiserver_request_total`; a code after the kind: refused), "
         "and runs of the creation handler per model (kopf's log):\n\n"
-        f"{calls_table(rows)}\n"
+        f"{calls_table(rows)}\n\n"
+        "CPU used in the cold phase by the operator and the local cluster's processes (from "
+        "/proc; in brackets, the share of the phase's wall time: 1.00 is one core busy "
+        f"throughout, of the machine's {os.cpu_count()}):\n\n"
+        f"{cpu_table(rows)}\n"
     )
 
 
@@ -599,6 +650,7 @@ def main() -> int:
             cluster.down()
     print(table(rows))
     print(calls_table(rows))
+    print(cpu_table(rows))
     print(f"written to {args.out}")
     return 0
 

@@ -293,3 +293,18 @@ def test_operator_killed_and_restarted_mid_way(cluster: Any, tmp_path: Path) -> 
     finally:
         op.stop()
         delete_namespace(cluster, ns2)
+
+
+def test_the_client_tells_an_unserved_kind_from_an_absent_object(cluster: Any, ns: str) -> None:
+    """The operator asks once per operator, not per model, whether a PodMonitor is left over
+    when the API server does not serve PodMonitors at all (no prometheus-operator CRD): that
+    rests on the API server's 404 saying which of the two it is."""
+    from batchop.controller.kube import Cluster, NotServed, make_api_client
+
+    api = Cluster(make_api_client(str(cluster.kubeconfig)))
+    assert api.get_child("v1", "Service", ns, "no-such-service") is None
+    served = cluster.kubectl("get", "crd", "podmonitors.monitoring.coreos.com", check=False)
+    if served.returncode == 0:
+        pytest.skip("this cluster serves PodMonitors (prometheus-operator's CRD is installed)")
+    with pytest.raises(NotServed, match="PodMonitor"):
+        api.get_child("monitoring.coreos.com/v1", "PodMonitor", ns, "no-such-monitor")

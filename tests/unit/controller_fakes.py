@@ -60,6 +60,8 @@ class MemoryCluster:
         self, api_version: str, kind: str, namespace: str, name: str
     ) -> dict[str, Any] | None:
         self.writes.append(f"get {kind}")
+        if kind == "PodMonitor" and not self.serves_pod_monitor:
+            raise NotServed("PodMonitor (monitoring.coreos.com/v1) is not served")
         found = self.objects.get((kind, name))
         return copy.deepcopy(found) if found is not None else None
 

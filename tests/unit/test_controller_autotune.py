@@ -128,13 +128,16 @@ def scale_to_max(obs: Observation, spec: Any, state: TuningState) -> Decision:
 
 
 class Harness:
-    def __init__(self, parts: ObservationParts | None = None, decide: Any = None) -> None:
+    def __init__(
+        self, parts: ObservationParts | None = None, decide: Any = None, reconciled: bool = True
+    ) -> None:
         self.w = World()
-        self.w.handlers.reconcile(self.w.bm)
-        dep = self.w.deployment()
-        assert dep is not None
-        dep["status"] = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
-        self.w.pods = [ready_pod("cpu-demo-a", "127.10.0.2")]
+        if reconciled:  # else a new model its creation handler has not run for yet
+            self.w.handlers.reconcile(self.w.bm)
+            dep = self.w.deployment()
+            assert dep is not None
+            dep["status"] = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
+            self.w.pods = [ready_pod("cpu-demo-a", "127.10.0.2")]
         self.observer = FakeObserver({("ml", "cpu-demo"): parts} if parts else {})
         self.reloads: list[tuple[str, str, int]] = []
         self.policies: list[QueuePolicy] = []
@@ -384,6 +387,35 @@ def test_an_index_that_lags_behind_the_tuners_write_costs_no_api_call() -> None:
     status = h.w.cluster.model["status"]
     assert status["metrics"]["p99LatencyMilliseconds"] == 30.0
     assert {"Ready", "SLOMet", "MetricsAvailable"} <= {c["type"] for c in status["conditions"]}
+
+
+def test_a_new_models_first_figures_go_with_its_creation_handlers_status_write() -> None:
+    """The tuner's pass before a new model's creation handler ran writes nothing; the
+    handler's first status write carries the tuner's figures too: one patch, not two."""
+    h = Harness(busy(p99_ms=12.0), decide=hold, reconciled=False)
+    h.loop.tick()
+    assert h.w.cluster.writes.count("status") == 0
+    h.w.handlers.reconcile(h.w.bm)
+    assert h.w.cluster.writes.count("status") == 1
+    status = h.w.cluster.model["status"]
+    assert status["observedGeneration"] == 1
+    assert status["metrics"]["p99LatencyMilliseconds"] == 12.0
+    assert {"Ready", "Progressing", "SLOMet", "MetricsAvailable"} <= set(h.conditions())
+    h.now += 60
+    h.loop.tick()  # the same figures: already written
+    assert h.w.cluster.writes.count("status") == 1
+    h.observer.parts[("ml", "cpu-demo")] = busy(p99_ms=30.0)
+    h.now += 60
+    h.loop.tick()  # a reconciled model's new figures: written by the tuner at once
+    assert h.w.cluster.model["status"]["metrics"]["p99LatencyMilliseconds"] == 30.0
+
+
+def test_a_decision_on_a_new_model_is_recorded_at_once() -> None:
+    """A decision is recorded before anything acts on it, creation handler or not."""
+    h = Harness(busy(p99_ms=400.0, rps=3000.0), decide=scale_to_max, reconciled=False)
+    h.loop.tick()
+    decision = h.w.cluster.model["status"]["lastDecision"]
+    assert decision["replicas"] == h.w.cluster.model["spec"]["scaling"]["maxReplicas"]
 
 
 def test_steady_metrics_keeps_stored_figures_that_barely_moved() -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 
 import pytest
-from controller_fakes import World
+from controller_fakes import NOW, World
 
-from batchop.controller.handlers import SpecRefused, slim_pod
+from batchop.controller.handlers import UNSERVED_RECHECK_S, SpecRefused, slim_pod
 from batchop.controller.kube import APIError
 from batchop.controller.reconcile import child_key
 from batchop.controller.settings import Settings
@@ -60,6 +61,30 @@ def test_missing_pod_monitor_crd_is_skipped_with_one_warning() -> None:
     assert w.conditions()["Degraded"]["status"] == "False"
 
 
+def test_an_unserved_kind_is_looked_for_once_not_per_reconcile() -> None:
+    """--no-pod-monitor on a cluster without the PodMonitor CRD: whether a PodMonitor is left
+    over is asked once (no CRD, no leftover), then again only after the recheck interval."""
+    w = World(Settings(pod_monitor=False), serves_pod_monitor=False)
+    for _ in range(3):
+        w.handlers.reconcile(w.bm)
+    assert w.cluster.writes.count("get PodMonitor") == 1
+    assert w.cluster.writes.count("get PodDisruptionBudget") == 0  # desired: applied
+    later = NOW + timedelta(seconds=UNSERVED_RECHECK_S)
+    w.handlers.clock = lambda: later
+    w.handlers.reconcile(w.bm)
+    assert w.cluster.writes.count("get PodMonitor") == 2
+    assert ("Deployment", "cpu-demo") in w.cluster.objects
+
+
+def test_a_served_kind_is_looked_for_on_every_reconcile() -> None:
+    """With the CRD served, a PodMonitor left over from before --no-pod-monitor is found
+    and deleted, whenever it appears."""
+    w = World(Settings(pod_monitor=False))
+    w.handlers.reconcile(w.bm)
+    w.handlers.reconcile(w.bm)
+    assert w.cluster.writes.count("get PodMonitor") == 2
+
+
 def test_invalid_spec_is_refused_and_reported() -> None:
     w = World()
     w.cluster.model["spec"]["scaling"].update(minReplicas=3, replicas=1)
@@ -110,6 +135,28 @@ def test_child_events_ignored_when_owner_is_gone_or_going_or_someone_else() -> N
     service["metadata"]["ownerReferences"][0]["uid"] = "uid-of-an-older-model"
     assert w.handlers.child_event("DELETED", service, w.bm) == "none"
     assert not w.events
+
+
+def test_only_child_events_that_call_for_an_api_call_need_a_handler_thread() -> None:
+    """kopf asks this in its event loop before queueing a child's event for a handler
+    thread: the children just applied, unchanged, need nothing; a deleted or edited child,
+    or a Deployment whose status changes the model's, does."""
+    w = World()
+    w.handlers.reconcile(w.bm)
+    for kind in ("Deployment", "Service", "PodDisruptionBudget", "PodMonitor"):
+        child = copy.deepcopy(w.cluster.objects[(kind, "cpu-demo")])
+        assert not w.handlers.needs_handling("ADDED", child, w.bm), kind
+        assert w.handlers.needs_handling("DELETED", child, w.bm), kind
+    service = copy.deepcopy(w.cluster.objects[("Service", "cpu-demo")])
+    service["spec"]["ports"] = []
+    assert w.handlers.needs_handling("MODIFIED", service, w.bm)
+    assert not w.handlers.needs_handling("MODIFIED", service, None)  # owner gone
+    dep = w.deployment()
+    assert dep is not None
+    dep["status"] = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
+    assert w.handlers.needs_handling("MODIFIED", copy.deepcopy(dep), w.bm)
+    w.handlers.refresh_status(w.bm)
+    assert not w.handlers.needs_handling("MODIFIED", copy.deepcopy(dep), w.bm)
 
 
 def test_drift_under_an_invalid_spec_is_left_alone_and_logged(

@@ -38,6 +38,7 @@ from batchop.api.constants import GROUP as API_GROUP
 from batchop.api.errors import SpecError
 from batchop.api.models import parse_batched_model
 from batchop.controller.kube import APIError, NotServed
+from batchop.controller.login import bounded_login
 from batchop.controller.reconcile import (
     absent_kinds,
     child_action,
@@ -51,12 +52,16 @@ from batchop.controller.reconcile import (
 )
 from batchop.controller.settings import Settings
 from batchop.controller.state import ModelStore, model_key
-from batchop.controller.status import OWNED_CONDITIONS, compute_status
+from batchop.controller.status import OWNED_CONDITIONS, compute_status, status_differs
 from batchop.controller.tuning_loop import TuningLoop
 from batchop.observe.prometheus import PrometheusObserver
 from batchop.render import selector_labels
 
 log = logging.getLogger("batchop.controller")
+
+# How long a kind the API server did not serve is taken as still not served (a CRD
+# installed later is then looked at again).
+UNSERVED_RECHECK_S = 300.0
 
 Poster = Callable[[Mapping[str, Any], str, str, str], None]  # (bm, type, reason, message)
 Lookup = Callable[[str, str], tuple[Mapping[str, Any] | None, list[Mapping[str, Any]]]]
@@ -69,7 +74,9 @@ class ClusterAPI(Protocol):
 
     def get_child(
         self, api_version: str, kind: str, namespace: str, name: str
-    ) -> dict[str, Any] | None: ...
+    ) -> dict[str, Any] | None:
+        """None when absent; raises NotServed when the kind is not served."""
+        ...
 
     def get_model(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
@@ -146,6 +153,7 @@ class Handlers:
         # The lock, newest copy and status writes of each model, shared with the tuning loop.
         self.store = store if store is not None else ModelStore(cluster)
         self._unserved: set[tuple[ModelKey, str]] = set()
+        self._unserved_kinds: dict[tuple[str, str], datetime] = {}  # see _absent_child
         self._failures: dict[ModelKey, tuple[str, str]] = {}
         self._laggards: dict[ModelKey, tuple[str, str]] = {}
 
@@ -177,7 +185,7 @@ class Handlers:
                 except NotServed as exc:
                     self._skip_unserved(bm, child, str(exc))
             candidates = [
-                self.cluster.get_child(av, kind, key[0], name)
+                self._absent_child(av, kind, key[0], name)
                 for av, kind, name in absent_kinds(desired, key[1])
             ]
             live = [c for c in candidates if c is not None]
@@ -191,6 +199,27 @@ class Handlers:
         self._failures.pop(key, None)
         self.refresh_status(bm, applied)
         return done
+
+    def _absent_child(
+        self, api_version: str, kind: str, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """A child of a kind the desired set lacks, if one is left over (None: none is).
+
+        A kind the API server does not serve (PodMonitor without its CRD, with
+        --no-pod-monitor) cannot have a leftover: learnt once, it is not asked about again
+        for UNSERVED_RECHECK_S, instead of one GET per model (1,000 at a cold start).
+        """
+        learnt = self._unserved_kinds.get((api_version, kind))
+        now = self.clock()
+        if learnt is not None and (now - learnt).total_seconds() < UNSERVED_RECHECK_S:
+            return None
+        try:
+            found = self.cluster.get_child(api_version, kind, namespace, name)
+        except NotServed:
+            self._unserved_kinds[(api_version, kind)] = now
+            return None
+        self._unserved_kinds.pop((api_version, kind), None)
+        return found
 
     def _skip_unserved(self, bm: Mapping[str, Any], child: Mapping[str, Any], why: str) -> None:
         """A kind the cluster lacks (PodMonitor without prometheus-operator): warn once, go on."""
@@ -241,15 +270,16 @@ class Handlers:
 
     # --- children ----------------------------------------------------------------------------
 
-    def child_event(
+    def child_decision(
         self, event_type: str | None, child: Mapping[str, Any], bm: Mapping[str, Any] | None
-    ) -> str:
-        """Restore a drifted or deleted child. Returns the action taken ("none" mostly)."""
+    ) -> tuple[str, Mapping[str, Any] | None]:
+        """What a child's event calls for ("apply", "delete", "none"), and the desired child.
+        No I/O: also run in kopf's event loop (see `needs_handling`)."""
         if bm is None or bm["metadata"].get("deletionTimestamp"):
-            return "none"  # the owner is gone or going: the garbage collector finishes
+            return "none", None  # the owner is gone or going: the garbage collector finishes
         owner = controller_of(child)
         if owner is not None and owner[2] != bm["metadata"].get("uid"):
-            return "none"  # a leftover of an earlier BatchedModel of the same name
+            return "none", None  # a leftover of an earlier BatchedModel of the same name
         try:
             desired = {child_key(c): c for c in desired_children(bm, self.settings)}
         except SpecError as exc:  # reconcile reports it in status; nothing to restore from
@@ -258,12 +288,38 @@ class Handlers:
                 describe(child_key(child)), exc,
                 extra={"namespace": model_key(bm)[0], "batchedmodel": model_key(bm)[1]},
             )  # fmt: skip
-            return "none"
+            return "none", None
         action = child_action(event_type, child, desired, str(bm["metadata"].get("uid")))
+        return action, desired.get(child_key(child))
+
+    def needs_handling(
+        self, event_type: str | None, child: Mapping[str, Any], bm: Mapping[str, Any] | None
+    ) -> bool:
+        """Whether a child's event calls for an API call: a repair, or (a Deployment's) a
+        status write. No I/O, so kopf can ask it in its event loop before queueing the event
+        for a handler thread.
+
+        Why: at a cold start every reconcile's applies come back as child events, queued in
+        kopf's executor behind the remaining reconciles; each waiting event held its kopf
+        worker and the child's whole body (managedFields included) for most of the cold
+        phase, and at 1,000 models that transient memory set the operator's peak RSS. Most
+        of those events (the children just applied, unchanged) need nothing.
+        """
+        if self.child_decision(event_type, child, bm)[0] != "none":
+            return True
+        return bm is not None and child.get("kind") == "Deployment" and self.status_changes(bm)
+
+    def child_event(
+        self, event_type: str | None, child: Mapping[str, Any], bm: Mapping[str, Any] | None
+    ) -> str:
+        """Restore a drifted or deleted child. Returns the action taken ("none" mostly)."""
+        action, want = self.child_decision(event_type, child, bm)
+        if bm is None:
+            return "none"
         key = child_key(child)
-        if action == "apply":
+        if action == "apply" and want is not None:
             try:
-                self.cluster.apply(desired[key])
+                self.cluster.apply(want)
             except NotServed as exc:  # reconcile warned about the missing kind once
                 log.debug("not restoring %s: %s", describe(key), exc)
                 return "none"
@@ -286,26 +342,33 @@ class Handlers:
         `applied`: the Deployment as reconcile just applied it, for when the index has not
         seen it yet (a new model): status then says what is, not "Deployment missing".
         """
-        key = model_key(bm)
-
-        def compute(current: Mapping[str, Any]) -> dict[str, Any]:
-            deployment, pods = self.lookup(*key)
-            if deployment is None:
-                deployment = applied
-            return compute_status(
-                current,
-                self._selector(current, deployment),
-                deployment,
-                pods,
-                self.clock(),
-                self._failures.get(key) or self._laggards.get(key),
-            )
-
-        written = self.store.write_status(bm, compute)
+        written = self.store.write_status(bm, lambda current: self._status(current, applied))
         if written is not None:
             self._announce(written[0], written[0].get("status") or {}, written[1])
             return written[1]
         return None
+
+    def status_changes(self, bm: Mapping[str, Any]) -> bool:
+        """Whether `refresh_status` would write (from the newest copy known). No I/O."""
+        current = self.store.newest(bm)
+        return status_differs(current.get("status"), self._status(current))
+
+    def _status(
+        self, current: Mapping[str, Any], applied: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The operator's status fields for `current`, from the indexed Deployment and pods."""
+        key = model_key(current)
+        deployment, pods = self.lookup(*key)
+        if deployment is None:
+            deployment = applied
+        return compute_status(
+            current,
+            self._selector(current, deployment),
+            deployment,
+            pods,
+            self.clock(),
+            self._failures.get(key) or self._laggards.get(key),
+        )
 
     def _selector(
         self, bm: Mapping[str, Any], deployment: Mapping[str, Any] | None
@@ -371,8 +434,10 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     import kopf
 
     registry = kopf.OperatorRegistry()
-    # Log in as the official client does: in-cluster service account, else $KUBECONFIG.
-    kopf.on.login(registry=registry)(kopf.login_via_client)
+    # Log in as the official client does (in-cluster service account, else $KUBECONFIG), with
+    # a bounded connection pool: see controller/login.py.
+    watched_kinds = len(CHILD_WATCHES) + 2  # and BatchedModels, pods
+    kopf.on.login(registry=registry)(bounded_login(settings, watched_kinds))
     present = {LABEL_MODEL: kopf.PRESENT}
     indexes: dict[str, Any] = {}
 
@@ -480,10 +545,24 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
                 "handling %s %s failed: %s", body.get("kind"), body["metadata"]["name"], exc
             )
 
+    def child_needs_handling(type: str, body: Any, **kwargs: Any) -> bool:  # noqa: A002
+        """kopf's `when` filter of the child watches, run in its event loop: only events that
+        call for an API call wait for a handler thread (see Handlers.needs_handling)."""
+        owner = controller_of(body) or model_of(body)
+        if owner is None:
+            return False
+        bm = _first(kwargs["batchedmodels"], owner[:2])
+        try:
+            return logic.needs_handling(type, body, bm)
+        except Exception:  # a filter must not raise (kopf would stop): let the handler judge
+            log.debug("child event of %s/%s: handled to be sure", *owner[:2], exc_info=True)
+            return True
+
     for group, version, plural in CHILD_WATCHES:
         kopf.on.event(
-            group, version, plural, labels=present, registry=registry, id=f"watch-{plural}"
-        )(on_child)
+            group, version, plural, labels=present, registry=registry, id=f"watch-{plural}",
+            when=child_needs_handling,
+        )(on_child)  # fmt: skip
 
     @kopf.on.event("", "v1", "pods", labels=present, registry=registry, id="watch-pods")
     def on_pod(body: Any, **kwargs: Any) -> None:

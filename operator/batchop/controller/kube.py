@@ -22,12 +22,14 @@ class NotServed(Exception):
 
 
 class APIError(Exception):
-    """An API call failed; `status` is the HTTP code (0: no answer), `message` the server's."""
+    """An API call failed; `status` is the HTTP code (0: no answer), `message` the server's,
+    `details` its Status details (`name`, `kind`: which object it was about, when one)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, details: Mapping[str, Any] | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}" if status else message)
         self.status = status
         self.message = message
+        self.details = dict(details or {})
 
     @property
     def retryable(self) -> bool:
@@ -59,11 +61,16 @@ def make_api_client(kubeconfig: str | None, connections: int = 0) -> Any:
 def _status_error(status: int, data: bytes | None) -> APIError:
     """The API server's Status message for a failed call."""
     text = (data or b"").decode(errors="replace")
+    details: Any = {}
     try:
-        message = json.loads(text).get("message") or text
+        answer = json.loads(text)
+        message = answer.get("message") or text
+        details = answer.get("details") or {}
     except (ValueError, AttributeError):
         message = text
-    return APIError(status, message or f"HTTP {status}")
+    return APIError(
+        status, message or f"HTTP {status}", details if isinstance(details, dict) else {}
+    )
 
 
 def _error(exc: Exception) -> APIError:
@@ -148,10 +155,13 @@ class Cluster:
     def get_child(
         self, api_version: str, kind: str, namespace: str, name: str
     ) -> dict[str, Any] | None:
-        """One child, or None when it (or its kind, e.g. PodMonitor without CRD) is absent."""
+        """One child, or None when it is absent; NotServed when its kind is (e.g. PodMonitor
+        without prometheus-operator's CRD): the API server's 404 then names no object."""
         try:
             found = self._call("GET", resource_path(api_version, kind, namespace, name))
         except APIError as exc:
+            if exc.status == 404 and exc.details.get("name") != name:
+                raise NotServed(f"{kind} ({api_version}) is not served") from None
             if exc.status == 404:
                 return None
             raise

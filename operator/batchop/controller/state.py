@@ -60,6 +60,7 @@ class ModelStore:
         # and the resourceVersions known to be older than it: see `newest`.
         self._written: dict[ModelKey, dict[str, Any]] = {}
         self._superseded: dict[ModelKey, frozenset[str]] = {}
+        self._later: dict[ModelKey, Compute] = {}  # see write_later
 
     def lock(self, key: ModelKey) -> threading.Lock:
         """The lock every status write of this model holds."""
@@ -88,6 +89,19 @@ class ModelStore:
             decision_time(ours) > decision_time(bm)
         )
 
+    def write_later(self, bm: Mapping[str, Any], compute: Compute) -> None:
+        """Send `compute(current)` with this model's next status write, not on its own.
+
+        Why: a new model's first status is written by its creation handler; the tuner's first
+        pass, often before it, wrote its own fields in a second patch (2 status patches per
+        model at a cold start, each also a watch event back). Fields that nothing acts on can
+        ride along with the creation handler's write. A later `write_later` replaces an
+        earlier one (it was computed from older figures).
+        """
+        key = model_key(bm)
+        with self.lock(key):
+            self._later[key] = compute
+
     def write_status(
         self, bm: Mapping[str, Any], compute: Compute
     ) -> tuple[Mapping[str, Any], dict[str, Any]] | None:
@@ -109,7 +123,7 @@ class ModelStore:
                 if current is None or current["metadata"].get("deletionTimestamp"):
                     return None
                 seen.add(resource_version(current))
-                status = compute(current)
+                status = self._with_later(key, current, compute(current))
                 if status is None or not status_differs(current.get("status"), status):
                     return None
                 try:
@@ -121,11 +135,23 @@ class ModelStore:
                         raise
                     current = self.cluster.get_model(*key)
                     continue
+                self._later.pop(key, None)
                 self._remember(key, bm, answer, seen)
                 metrics.observe_model({**current, "status": {**(current.get("status") or {}),
                                                              **status}})  # fmt: skip
                 return current, dict(status)
             raise APIError(409, f"status of {key[0]}/{key[1]} kept changing; will retry")
+
+    def _with_later(
+        self, key: ModelKey, current: Mapping[str, Any], status: Mapping[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """`status` with the fields held by `write_later`, computed on top of it."""
+        later = self._later.get(key)
+        if later is None:
+            return None if status is None else dict(status)
+        first = dict(status or {})
+        extra = later({**current, "status": {**(current.get("status") or {}), **first}})
+        return {**first, **(extra or {})} if (first or extra) else None
 
     def _remember(
         self, key: ModelKey, bm: Mapping[str, Any], answer: Mapping[str, Any], seen: set[str]
@@ -149,3 +175,4 @@ class ModelStore:
             self._locks.pop(key, None)
             self._written.pop(key, None)
             self._superseded.pop(key, None)
+            self._later.pop(key, None)

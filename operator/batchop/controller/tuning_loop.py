@@ -237,11 +237,17 @@ class TuningLoop:
         when = datetime.fromtimestamp(now, UTC)
         applied = applied_delay(pods)
 
-        # The index's copy goes in: the store then knows its resourceVersion is older.
-        written = self.store.write_status(
-            indexed,
-            lambda current: tuner_status(current, obs, spec, decision, when, missing, applied),
-        )
+        def compute(current: Mapping[str, Any]) -> dict[str, Any]:
+            return tuner_status(current, obs, spec, decision, when, missing, applied)
+
+        written: tuple[Mapping[str, Any], dict[str, Any]] | None = None
+        if "observedGeneration" not in (bm.get("status") or {}) and not decision.changes(obs):
+            # A new model its creation handler has not written yet: nothing acts on these
+            # figures, so they go with that handler's first status write (one patch, not two).
+            self.store.write_later(indexed, compute)
+        else:
+            # The index's copy goes in: the store then knows its resourceVersion is older.
+            written = self.store.write_status(indexed, compute)
         # The gauges are set again only when a figure moved (or a status write just set them
         # from status): five labelled gauges per model were 15% of a steady tick. The uid is
         # part of the record, so a model deleted (its series dropped) and created again under
