@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from batchop.tuning import curve
@@ -226,6 +226,11 @@ def test_no_oscillation_on_steady_load(loop, rps: float, replicas: int, delay: i
 
 
 @given(loops(), st.floats(0.0, 0.03), st.floats(300.0, 5000.0), st.integers(0, 2**16))
+@example(  # found by hypothesis: a delay cut that bought nothing at a scale-up, then undone
+    loop=(TuningSpec(slo_ms=52.0, max_batch_size=32, max_replicas=4, max_delay_us=5475,
+                     interval_s=INTERVAL, prior_batch_latency_ms=CPU_DEMO), CPU_DEMO),
+    noise=0.029296875, rps=2263.0, seed=97,
+)
 @settings(max_examples=40, deadline=None)
 def test_noisy_steady_load_rarely_changes(loop, noise: float, rps: float, seed: int) -> None:
     """±3% jitter in the measured rate must not make the policy flap: once settled, each knob
