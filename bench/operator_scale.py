@@ -368,6 +368,7 @@ def measure_operator(
         row.update(windows[-1], rss_mib=rss, peak_mib=peak, windows=len(windows))
         row["steady"] = len(windows) >= 2 and steady(windows[-2], windows[-1], tolerance)
         row["first_cpu_per_tick_ms"] = windows[0]["cpu_per_tick_ms"]
+        row["window_log"] = windows
         print(f"  N={n}: {json.dumps(row)}", flush=True)
         return row
     finally:
@@ -398,17 +399,26 @@ CALL_KINDS = {
     ("poddisruptionbudgets", "", "GET"): "child GETs",
     ("podmonitors", "", "GET"): "child GETs",
 }
+# Not the operator's: the controller manager's Deployment status writes, whose watch events
+# reach the operator (each may change a model's status), counted per window beside its calls.
+CONTROLLER_KINDS = {
+    ("deployments", "status", "PUT"): "Deployment status writes",
+    ("deployments", "status", "PATCH"): "Deployment status writes",
+}
 
 
-def api_calls(cluster: LocalCluster) -> Counter[tuple[str, str]]:
-    """The API server's request counters for the operator's kinds of call: (what, code)."""
+def api_calls(
+    cluster: LocalCluster, kinds: Mapping[tuple[str, str, str], str] = CALL_KINDS
+) -> Counter[tuple[str, str]]:
+    """The API server's request counters for the given kinds of call (by default the
+    operator's): (what, code)."""
     text = cluster.kubectl("get", "--raw", "/metrics").stdout
     found: Counter[tuple[str, str]] = Counter()
     for line in text.splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-        what = CALL_KINDS.get((labels.get("resource", ""), labels.get("subresource", ""),
+        what = kinds.get((labels.get("resource", ""), labels.get("subresource", ""),
                                labels.get("verb", "")))  # fmt: skip
         if what is not None:
             found[(what, labels.get("code", ""))] += int(float(line.split()[-1]))
@@ -446,6 +456,7 @@ def measure_window(
     prom_cpu1, _, _ = proc_figures(prom.process.pid)
     q1, scrapes1, t1 = prometheus_queries(prom.url), exporter.count(), time.monotonic()
     calls1 = api_calls(cluster)
+    controller1 = api_calls(cluster, CONTROLLER_KINDS)
     time.sleep(window)
     ticks_end, _, _ = tick_figures(metrics_url)
     ticks2, wall2, query2 = ticks_end, 0.0, 0.0
@@ -456,6 +467,7 @@ def measure_window(
     prom_cpu2, _, _ = proc_figures(prom.process.pid)
     q2, scrapes2, t2 = prometheus_queries(prom.url), exporter.count(), time.monotonic()
     calls = api_calls(cluster) - calls1
+    controller = api_calls(cluster, CONTROLLER_KINDS) - controller1
     ticks = ticks2 - ticks1
     return {
         "ticks": ticks,
@@ -467,6 +479,10 @@ def measure_window(
         "prometheus_cpu_per_s": (prom_cpu2 - prom_cpu1) / (t2 - t1),
         "scrapes_per_s": (scrapes2 - scrapes1) / (t2 - t1),
         "api_calls_per_tick": sum(calls.values()) / ticks,
+        # by kind, to tell a drain (e.g. status patches after Deployment status events) from
+        # calls the tuning itself makes every tick
+        "api_calls_by_kind": {k: v / ticks for k, v in per_model(calls, 1).items() if k != "all"},
+        "deployment_status_writes_per_tick": sum(controller.values()) / ticks,
     }
 
 
@@ -550,6 +566,24 @@ def calls_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def windows_table(rows: list[dict[str, Any]]) -> str:
+    """Every window after the cold phase: how the operator's CPU and calls per tick settle."""
+    lines = [
+        "| N models | window | ended (s after cold) | CPU per tick | operator API calls per tick "
+        "(by kind) | controller manager's Deployment status writes per tick |",
+        "|---" * 6 + "|",
+    ]
+    for r in rows:
+        for i, w in enumerate(r.get("window_log", []), 1):
+            kinds = ", ".join(f"{k} {v:.1f}" for k, v in sorted(w["api_calls_by_kind"].items()))
+            lines.append(
+                f"| {r['n']} | {i} | {w['after_cold_s']:.0f} | {w['cpu_per_tick_ms']:.0f} ms | "
+                f"{w['api_calls_per_tick']:.1f}{f' ({kinds})' if kinds else ''} | "
+                f"{w['deployment_status_writes_per_tick']:.1f} |"
+            )
+    return "\n".join(lines)
+
+
 def write_results(
     out: Path,
     provenance: Provenance,
@@ -580,6 +614,8 @@ def write_results(
         f"in a row agree within {tolerance:.0%}; the steady figure is the last window's, the "
         "first window's is shown beside it.\n\n"
         f"{table(rows)}\n\n"
+        "Each window (API calls counted at the API server):\n\n"
+        f"{windows_table(rows)}\n\n"
         "API calls per model in the cold phase (operator start to the last model Ready), "
         "counted at the API server (`apiserver_request_total`; a code after the kind: refused), "
         "and runs of the creation handler per model (kopf's log):\n\n"
@@ -649,6 +685,7 @@ def main() -> int:
         if not args.keep_cluster:
             cluster.down()
     print(table(rows))
+    print(windows_table(rows))
     print(calls_table(rows))
     print(cpu_table(rows))
     print(f"written to {args.out}")
