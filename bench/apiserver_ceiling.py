@@ -40,7 +40,6 @@ from batchop.provenance import Provenance
 from batchop_dev.local.cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[1]
-CRD = REPO / "crds" / "batchedmodel.yaml"
 RESULTS = REPO / "bench" / "results" / "apiserver_ceiling.md"
 COMPONENTS = ("kube-apiserver", "etcd", "kube-controller-manager")  # kwok: no pods here
 
@@ -116,10 +115,7 @@ def main() -> int:
     cluster = LocalCluster(args.name).up(replace=True)
     rows: list[dict[str, Any]] = []
     try:
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        cluster.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", "crd/batchedmodels.batchop.io"
-        )
+        cluster.install_crd()
         pids = component_pids(cluster)
         missing = set(COMPONENTS) - set(pids)
         if missing:

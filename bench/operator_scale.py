@@ -58,7 +58,6 @@ from batchop_dev.local.cluster import LocalCluster
 from batchop_dev.local.prometheus import PrometheusServer
 
 REPO = Path(__file__).resolve().parents[1]
-CRD = REPO / "crds" / "batchedmodel.yaml"
 RESULTS = REPO / "bench" / "results" / "operator_scale.md"
 TICK_METRIC = "batchop_tick_duration_seconds"
 QUERY_METRIC = "batchop_prometheus_query_duration_seconds"
@@ -669,10 +668,7 @@ def main() -> int:
     cluster = LocalCluster(args.name).up(replace=True)
     rows: list[dict[str, Any]] = []
     try:
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        cluster.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", "crd/batchedmodels.batchop.io"
-        )
+        cluster.install_crd()
         for n in args.models:
             limits = (args.window, args.stall, args.settle, args.tolerance, args.max_windows)
             options = (args.scrape_interval, args.profile, args.workers)

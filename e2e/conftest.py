@@ -16,7 +16,6 @@ the operator is not started by `stack` (tests that need it take the `operator` f
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,10 +45,7 @@ def stack(cluster: Any, tmp_path_factory: pytest.TempPathFactory,
         if reporter is not None:
             reporter.write_line(f"[stack] {message}")
 
-    crd = Path(__file__).resolve().parents[1] / "crds" / "batchedmodel.yaml"
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/batchedmodels.batchop.io")
+    cluster.install_crd()
     local = LocalStack(cluster.kubeconfig, workdir=tmp_path_factory.mktemp("stack"), say=say)
     local.start()
     try:

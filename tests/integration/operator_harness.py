@@ -1,4 +1,4 @@
-"""Helpers for the operator's integration tests: the CRD, namespaces, `batchop run` as a
+"""Helpers for the operator's integration tests: namespaces, `batchop run` as a
 subprocess, BatchedModel manifests and polling until the cluster converges.
 
 Waiting is bounded by a deadline (convergence, not speed, is what the tests check); a
@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 from batchop_dev import polling
 
 REPO = Path(__file__).resolve().parents[2]
-CRD = REPO / "crds" / "batchedmodel.yaml"
 T = TypeVar("T")
 
 
@@ -32,13 +31,6 @@ def wait_for(
     """`polling.wait_for` every 0.5 s; a timeout shows the operator's log tail, if given."""
     context = (lambda: f"--- operator log ---\n{operator.log_tail()}") if operator else None
     return polling.wait_for(probe, what, timeout, interval=0.5, context=context)
-
-
-def install_crd(cluster: Any) -> None:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/batchedmodels.batchop.io"
-    )
 
 
 def new_namespace(cluster: Any, prefix: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_harness import bm_manifest, delete_namespace, install_crd, new_namespace
+from operator_harness import bm_manifest, delete_namespace, new_namespace
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ def live(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str]]:
     except Exception as exc:  # no kwok/etcd binaries, no ports: say so, do not pass
         pytest.skip(f"local cluster could not start: {type(exc).__name__}: "
                     f"{str(exc).splitlines()[0] if str(exc) else ''}")
-    install_crd(cluster)
+    cluster.install_crd()
     ns = new_namespace(cluster, "explain")
     yield cluster, ns
     delete_namespace(cluster, ns)

@@ -8,21 +8,21 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from operator_harness import bm_manifest, delete_namespace, install_crd, new_namespace
+from operator_harness import bm_manifest, delete_namespace, new_namespace
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def api_ns(cluster: Any) -> Iterator[str]:
-    install_crd(cluster)
+    cluster.install_crd()
     ns = new_namespace(cluster, "bm-api")
     yield ns
     delete_namespace(cluster, ns)
 
 
 def test_crd_is_established_with_short_name_and_category(cluster: Any) -> None:
-    install_crd(cluster)
+    cluster.install_crd()
     crd = cluster.kubectl_json("get", "crd", "batchedmodels.batchop.io")
     assert crd["spec"]["names"]["shortNames"] == ["bm"]
     assert "batchop" in crd["spec"]["names"]["categories"]

@@ -39,7 +39,6 @@ from operator_harness import (
     delete_namespace,
     free_port,
     get,
-    install_crd,
     keep_env,
     new_namespace,
     wait_for,
@@ -206,7 +205,7 @@ def _succeeded(event: dict[str, Any]) -> bool:
 def test_standby_takes_over_after_the_leader_is_killed(cluster: Any, tmp_path: Path) -> None:
     if not getattr(cluster, "audit", False):
         pytest.skip("the session cluster has no audit log: who wrote what cannot be judged")
-    install_crd(cluster)
+    cluster.install_crd()
     ns = new_namespace(cluster, "bm-ha")
     prometheus = f"http://127.0.0.1:{free_port()}"  # absent: the tuner holds, and says so
     a = _operator(cluster, ns, "op-a", tmp_path, prometheus)

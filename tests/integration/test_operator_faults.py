@@ -27,7 +27,6 @@ from operator_harness import (
     events,
     free_port,
     get,
-    install_crd,
     new_namespace,
     wait_for,
 )
@@ -46,7 +45,7 @@ def tuned_manifest(name: str, ns: str, **kwargs: Any) -> dict[str, Any]:
 def test_decision_recorded_before_a_crash_is_applied_once_after_restart(
     cluster: Any, tmp_path: Path
 ) -> None:
-    install_crd(cluster)
+    cluster.install_crd()
     ns = new_namespace(cluster, "bm-crash")
     dead = f"http://127.0.0.1:{free_port()}"
     log = tmp_path / "operator.log"
@@ -99,7 +98,7 @@ def test_decision_recorded_before_a_crash_is_applied_once_after_restart(
 
 
 def test_models_deleted_while_ticking_cause_no_error_storm(cluster: Any, tmp_path: Path) -> None:
-    install_crd(cluster)
+    cluster.install_crd()
     ns = new_namespace(cluster, "bm-gone")
     n = 6
     dead = f"http://127.0.0.1:{free_port()}"

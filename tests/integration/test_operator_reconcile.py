@@ -22,7 +22,6 @@ from operator_harness import (
     delete_namespace,
     events,
     get,
-    install_crd,
     items,
     new_namespace,
     wait_for,
@@ -36,7 +35,7 @@ CHILD_KINDS = "deployments,services,poddisruptionbudgets,replicasets,pods"
 
 @pytest.fixture(scope="module")
 def ns(cluster: Any) -> Iterator[str]:
-    install_crd(cluster)
+    cluster.install_crd()
     name = new_namespace(cluster, "bm-op")
     yield name
     delete_namespace(cluster, name)
@@ -244,7 +243,7 @@ def test_operator_logs_are_json(operator: Operator) -> None:
 
 
 def test_operator_killed_and_restarted_mid_way(cluster: Any, tmp_path: Path) -> None:
-    install_crd(cluster)
+    cluster.install_crd()
     ns2 = new_namespace(cluster, "bm-restart")
     op = Operator(cluster, [ns2], tmp_path / "operator.log").start()
     try:

@@ -21,7 +21,6 @@ from operator_harness import (
     bm_manifest,
     condition,
     delete_namespace,
-    install_crd,
     new_namespace,
     wait_for,
 )
@@ -43,7 +42,7 @@ def proc_figures(pid: int) -> tuple[float, float]:
 
 def test_many_models_are_all_reconciled(cluster: Any, tmp_path: Path) -> None:
     n = int(os.environ.get("BATCHOP_SCALE_MODELS", "100"))
-    install_crd(cluster)
+    cluster.install_crd()
     ns = new_namespace(cluster, "bm-scale")
     models = []
     for i in range(n):

@@ -19,7 +19,6 @@ from operator_harness import (
     events,
     free_port,
     get,
-    install_crd,
     new_namespace,
     wait_for,
 )
@@ -30,7 +29,7 @@ pytestmark = pytest.mark.integration
 def test_prometheus_down_holds_and_unreachable_pods_are_reported(
     cluster: Any, tmp_path: Path
 ) -> None:
-    install_crd(cluster)
+    cluster.install_crd()
     ns = new_namespace(cluster, "bm-tune")
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: Prometheus is down
     op = Operator(cluster, [ns], tmp_path / "operator.log", "--prometheus-url", dead).start()

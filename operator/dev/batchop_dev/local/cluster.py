@@ -467,6 +467,21 @@ class LocalCluster:
         """Server-side apply a manifest (e.g. the BatchedModel CRD) to this cluster."""
         self.kubectl("apply", "--server-side", "-f", str(path))
 
+    def install_crd(self) -> None:
+        """Server-side apply the BatchedModel CRD and wait until it is served.
+
+        Generated from the API models (crds/batchedmodel.yaml is the same text, as a unit test
+        checks), so a cluster gets the CRD of the code that runs against it; conflicts are
+        forced because a test session, the demo and the benchmarks reapply it to a cluster
+        that may hold an older one.
+        """
+        from batchop.api.crd import crd_yaml
+
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=crd_yaml())
+        self.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", "crd/batchedmodels.batchop.io"
+        )
+
 
 def _tail(text: str, lines: int = 8) -> str:
     return " | ".join(text.strip().splitlines()[-lines:])

@@ -281,7 +281,7 @@ def run_demo(
             cluster.up(replace=True)
             stack = LocalStack(cluster.kubeconfig, workdir=workdir, say=out).start()
         manifest, bm = _prepare_model(stack, TRACE_SPEC if trace is not None else DEMO_SPEC)
-        _install_crd(cluster, workdir)
+        cluster.install_crd()
         try:
             stack.start_operator()
             cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
@@ -340,16 +340,6 @@ def _prepare_model(stack: Any, overrides: dict[str, dict[str, Any]]) -> tuple[di
         max_batch_size=spec.model.max_batch_size,
     )
     return manifest, bm
-
-
-def _install_crd(cluster: Any, workdir: Path) -> None:
-    from batchop.api.crd import crd_yaml
-
-    path = workdir / "crd.yaml"
-    path.write_text(crd_yaml())
-    cluster.apply_file(path)
-    cluster.kubectl("wait", "--for=condition=Established", "crd/batchedmodels.batchop.io",
-                    "--timeout=60s")
 
 
 def _apply_rendered(cluster: Any, bm: Any) -> None:
