@@ -366,7 +366,6 @@ def measure_operator(
         row["load_end"] = os.getloadavg()[0]
         row.update(windows[-1], rss_mib=rss, peak_mib=peak, windows=len(windows))
         row["steady"] = len(windows) >= 2 and steady(windows[-2], windows[-1], tolerance)
-        row["first_cpu_per_tick_ms"] = windows[0]["cpu_per_tick_ms"]
         row["window_log"] = windows
         print(f"  N={n}: {json.dumps(row)}", flush=True)
         return row
@@ -406,22 +405,36 @@ CONTROLLER_KINDS = {
 }
 
 
-def api_calls(
-    cluster: LocalCluster, kinds: Mapping[tuple[str, str, str], str] = CALL_KINDS
-) -> Counter[tuple[str, str]]:
-    """The API server's request counters for the given kinds of call (by default the
-    operator's): (what, code)."""
+def request_totals(cluster: LocalCluster) -> Counter[tuple[str, str, str, str]]:
+    """The API server's request counters: (resource, subresource, verb, code) -> count."""
     text = cluster.kubectl("get", "--raw", "/metrics").stdout
-    found: Counter[tuple[str, str]] = Counter()
+    found: Counter[tuple[str, str, str, str]] = Counter()
     for line in text.splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-        what = kinds.get((labels.get("resource", ""), labels.get("subresource", ""),
-                               labels.get("verb", "")))  # fmt: skip
-        if what is not None:
-            found[(what, labels.get("code", ""))] += int(float(line.split()[-1]))
+        key = (labels.get("resource", ""), labels.get("subresource", ""),
+               labels.get("verb", ""), labels.get("code", ""))  # fmt: skip
+        found[key] += int(float(line.split()[-1]))
     return found
+
+
+def classify(
+    totals: Counter[tuple[str, str, str, str]],
+    kinds: Mapping[tuple[str, str, str], str] = CALL_KINDS,
+) -> Counter[tuple[str, str]]:
+    """The given kinds of call (by default the operator's) among the totals: (what, code)."""
+    found: Counter[tuple[str, str]] = Counter()
+    for (resource, subresource, verb, code), count in totals.items():
+        what = kinds.get((resource, subresource, verb))
+        if what is not None:
+            found[(what, code)] += count
+    return found
+
+
+def api_calls(cluster: LocalCluster) -> Counter[tuple[str, str]]:
+    """The operator's kinds of call, counted at the API server: (what, code)."""
+    return classify(request_totals(cluster))
 
 
 def per_model(calls: Counter[tuple[str, str]], n: int) -> dict[str, float]:
@@ -454,8 +467,7 @@ def measure_window(
     cpu1, _, _ = proc_figures(pid)
     prom_cpu1, _, _ = proc_figures(prom.process.pid)
     q1, scrapes1, t1 = prometheus_queries(prom.url), exporter.count(), time.monotonic()
-    calls1 = api_calls(cluster)
-    controller1 = api_calls(cluster, CONTROLLER_KINDS)
+    totals1 = request_totals(cluster)
     time.sleep(window)
     ticks_end, _, _ = tick_figures(metrics_url)
     ticks2, wall2, query2 = ticks_end, 0.0, 0.0
@@ -465,8 +477,8 @@ def measure_window(
     cpu2, _, _ = proc_figures(pid)
     prom_cpu2, _, _ = proc_figures(prom.process.pid)
     q2, scrapes2, t2 = prometheus_queries(prom.url), exporter.count(), time.monotonic()
-    calls = api_calls(cluster) - calls1
-    controller = api_calls(cluster, CONTROLLER_KINDS) - controller1
+    totals = request_totals(cluster) - totals1
+    calls, controller = classify(totals), classify(totals, CONTROLLER_KINDS)
     ticks = ticks2 - ticks1
     return {
         "ticks": ticks,
@@ -519,7 +531,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{_seconds(r['cold_99_s'])} | {cold} | {r['cold_cpu_s']:.1f} s | "
             f"{r['cpu_per_tick_ms']:.0f} ms ({1000 * r['cpu_per_tick_ms'] / r['n']:.0f} us/model)"
             f" | {per_30s:.2f} s | {r['tick_s']:.1f} s | {r['tick_wall_s']:.2f} s | "
-            f"{r['observe_wall_s']:.2f} s | {r['first_cpu_per_tick_ms']:.0f} ms | "
+            f"{r['observe_wall_s']:.2f} s | {r['window_log'][0]['cpu_per_tick_ms']:.0f} ms | "
             f"{_settled(r)} | {r['queries_per_tick']:.1f} | "
             f"{r['prometheus_cpu_per_s']:.2f} s ({r['scrapes_per_s']:.0f}) | "
             f"{r['api_calls_per_tick']:.1f} | "
