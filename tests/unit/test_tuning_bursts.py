@@ -91,9 +91,60 @@ def test_a_breach_at_a_load_sized_for_raises_the_burst_factor_and_replicas() -> 
 
 
 def test_refusals_at_a_load_sized_for_raise_the_burst_factor_too() -> None:
-    dec = decide(obs(P99_WINDOW_S + 30, 600.0, 2, peak=600.0, rejected=30.0), SPEC,
+    # The peak counts refusals too (the arrivals' busiest interval): 600 served + 30 refused.
+    dec = decide(obs(P99_WINDOW_S + 30, 600.0, 2, peak=630.0, rejected=30.0), SPEC,
                  _sized(630.0))
     assert dec.state.burst_factor > 1.0 and "refused" in dec.reason
+
+
+def test_refusals_from_before_new_replicas_were_ready_are_not_arrivals() -> None:
+    """Seen on bert-base-like step x4: the 60 s window still held the refusals of the minute
+    before the new replicas were ready, and 7,713 served + 1,875 refused read as 9,583 req/s
+    arriving where 7,200 arrived: one replica too many for ten minutes. The busiest recent
+    interval (which counts refusals) bounds what arrives."""
+    state = TuningState(last_time_s=0.0, last_rps=7700.0, last_pending=0.0)
+    stale = obs(30.0, 7713.0, 3, rejected=1875.0)
+    bounded = decide(replace(stale, peak_rps=7300.0), SPEC, state)
+    unbounded = decide(stale, SPEC, state)  # no peak series: the window is all there is
+    assert bounded.replicas < unbounded.replicas
+    assert "9,588 rps" in unbounded.reason and "9,588" not in bounded.reason
+
+
+def _after_start(t: float, **kw: float) -> TuningState:
+    """The previous tick (t - 30) saw replicas starting; this one sees them all ready."""
+    return TuningState(last_time_s=t - 30.0, last_starting_s=t - 30.0, last_rps=2500.0,
+                       last_pending=0.0, peak_rps=2500.0, peak_at_s=0.0, **kw)
+
+
+def test_the_p99_counts_from_the_first_tick_with_every_replica_ready() -> None:
+    """Replicas become ready between the tick that last saw one starting and the next, so
+    Triton's minute-long p99 shows only the new replicas P99_WINDOW_S after the first tick
+    that sees them all ready: a p99 over the SLO before that neither teaches the burst
+    factor nor forces a scale-up."""
+    t0 = 300.0
+    state = _after_start(t0)
+    t, seen = t0, []
+    while t < t0 + P99_WINDOW_S:  # the last tick that saw a replica starting is > 60 s old
+        dec = decide(obs(t, 2500.0, 2, peak=2500.0, p99=90.0), SPEC, state)
+        seen.append(dec)
+        state, t = dec.state, t + SPEC.interval_s
+    assert t - SPEC.interval_s - (t0 - 30.0) >= P99_WINDOW_S  # the old clock had started
+    assert all(d.replicas == 2 and d.state.burst_factor == 1.0 for d in seen)
+    dec = decide(obs(t, 2500.0, 2, peak=2500.0, p99=90.0), SPEC, state)
+    assert dec.state.burst_factor > 1.0 and dec.replicas > 2  # now it is the present
+
+
+def test_rising_refusals_are_the_present_before_the_p99_is() -> None:
+    """Refusals are counters: a refused rate that rises just after a start is a new burst
+    (azure-code: the next burst 30-50 s after the replicas were ready), while a falling one
+    is the window emptying of the past."""
+    t0 = 300.0
+    rising = decide(obs(t0, 600.0, 2, peak=630.0, rejected=30.0), SPEC,
+                    _after_start(t0, last_refused_rps=0.0))
+    assert rising.state.burst_factor > 1.0 and "refused" in rising.reason
+    falling = decide(obs(t0, 600.0, 2, peak=630.0, rejected=30.0), SPEC,
+                     _after_start(t0, last_refused_rps=60.0))
+    assert falling.state.burst_factor == 1.0
 
 
 def test_a_breach_at_a_new_higher_peak_is_the_peaks_not_the_factors() -> None:

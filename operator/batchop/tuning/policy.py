@@ -8,10 +8,13 @@
 2. Learn, from steady states only (no change, nothing starting, rate and queue steady for
    SETTLE_INTERVALS): the batch-latency curve from (avg batch, compute ms), and a correction
    of the queueing model by observed / predicted p99 at the running configuration.
-3. Demand: the arrivals (served + refused + the queue's growth), or the remembered peak
-   (the busiest scrape interval, held spec.peak_memory_s then fading) x the burst factor
-   (learned from SLO breaches at a load the replicas were sized for, relaxed when a load
-   near the peak passes well within the SLO); with spec.forecast, floored by a trend.
+3. Demand: the arrivals (served + refused + the queue's growth; refusals no more than the
+   busiest recent interval shows, since the window's may predate replicas now ready), or the
+   remembered peak (the busiest scrape interval, held spec.peak_memory_s then fading) x the
+   burst factor (learned from SLO breaches at a load the replicas were sized for, relaxed
+   when a load near the peak passes well within the SLO); with spec.forecast, floored by a
+   trend. After a start, the settle clock runs from the first tick with every replica
+   ready; a rising refused rate is believed before the p99 summary has caught up.
 4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
    at demand plus HEADROOM, counting replicas still starting, within [min, max] and what the
    cluster can schedule. Up at once (several if needed); down only to the highest
@@ -333,6 +336,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
                 state.last_scale_down_s,
                 state.last_delay_change_s,
                 state.last_starting_s,
+                state.ready_at_s,
             )
             if x is not None
         ),
@@ -388,7 +392,15 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # are held between bursts, then fades; the burst factor covers what even a scrape
     # interval averages away, learned from the SLO breaches the remembered peak let through.
     refused = max(0.0, obs.rejected_rps or 0.0)
+    if obs.peak_rps is not None:
+        # The window's refusals may predate replicas that are ready now (whose served rate
+        # the window already shows): no more arrive than the busiest recent interval saw.
+        refused = min(refused, max(0.0, obs.peak_rps - rps))
     arrivals = max(0.0, rps + refused + growth)
+    # Refusals are counters: rising, they are the present even while the p99 is not.
+    refusals_current = p99_current or (
+        starting == 0 and refused > (1 + STEADY_RATE_CHANGE) * state.last_refused_rps
+    )
     draining = growth < -STEADY_RATE_CHANGE * rps  # a backlog from the past is shrinking
     # While a backlog drains the served rate overstates arrivals: no peak is learned then.
     peak_now = arrivals if draining else max(arrivals, obs.peak_rps or 0.0)
@@ -420,7 +432,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         t=t,
         p99_ms=p99_obs if p99_current else 0.0,
         explained=delay_explains,
-        refused_share=refused / arrivals if arrivals > 0 and p99_current else 0.0,
+        refused_share=refused / arrivals if arrivals > 0 and refusals_current else 0.0,
         sized_for=remembered_before * state.burst_factor,
         peak_now=peak_now,
         remembered=remembered,
@@ -595,6 +607,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         last_time_s=t,
         last_pending=obs.pending,
         last_rps=rps,
+        last_refused_rps=refused,
         peak_rps=peak,
         peak_at_s=peak_at,
         last_burst_rps=seen,
@@ -606,6 +619,13 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         startup_s=_learn_startup(state, obs, t),
         delay_recommendations=delay_recs,
         last_starting_s=t if starting > 0 else state.last_starting_s,
+        ready_at_s=(
+            t
+            if starting == 0
+            and state.last_starting_s is not None
+            and state.last_starting_s == state.last_time_s
+            else state.ready_at_s
+        ),
         slo_breaches=breaches,
         last_rate_fall_s=last_fall_s,
         last_scale_up_s=t if kind_r == "scale-up" else state.last_scale_up_s,
