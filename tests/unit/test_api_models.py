@@ -46,7 +46,7 @@ def test_defaults_match_the_design() -> None:
     assert spec.server.image is None  # the operator's default image applies at render time
     assert spec.slo.p99_latency_milliseconds == 50
     assert spec.autotune.queue_delay and spec.autotune.replicas
-    assert spec.autotune.interval_seconds == 30
+    assert spec.autotune.interval_seconds == 15
     assert spec.autotune.prometheus_url is None
     # the overload guard is on by default, its timeout derived from the SLO
     assert spec.overload.policy == "Reject"

@@ -148,7 +148,8 @@ def test_controller_sees_scraped_rates_close_to_truth() -> None:
         seen.append(obs)
         return static_policy(1000, 2)(obs, spec, state)
 
-    spec = TuningSpec(slo_ms=50, max_batch_size=16, start_replicas=2, start_delay_us=1000)
+    spec = TuningSpec(slo_ms=50, max_batch_size=16, start_replicas=2, start_delay_us=1000,
+                      interval_s=30.0)
     sim = simulate(LINEAR, constant_trace(400, 300), spec, SimPolicy("spy", spy), SimConfig(seed=9))
     res = summarize(sim, 50)
     first = seen[0]
@@ -214,7 +215,8 @@ def test_requests_with_no_ready_pod_are_dropped() -> None:
     to_zero = SimPolicy("static", static_policy(0, 0))
     sim = simulate(LINEAR, constant_trace(100, 60), spec, to_zero, SimConfig(seed=16))
     res = summarize(sim, 50)
-    after = np.count_nonzero(sim.store.arrival[: sim.store.n] >= 30.0)
+    # the first decision (one interval in) scales to zero
+    after = np.count_nonzero(sim.store.arrival[: sim.store.n] >= spec.interval_s)
     assert res["dropped"] == after > 0
 
 

@@ -145,6 +145,11 @@ def test_rising_refusals_are_the_present_before_the_p99_is() -> None:
     falling = decide(obs(t0, 600.0, 2, peak=630.0, rejected=30.0), SPEC,
                      _after_start(t0, last_refused_rps=60.0))
     assert falling.state.burst_factor == 1.0
+    # Within a rate window of a scale-up the window still fills with the refusals of the load
+    # that scale-up answered (a step: seen at 15 s ticks, burst factor 1.89, 6 replicas for 2).
+    answered = decide(obs(t0, 600.0, 2, peak=630.0, rejected=30.0), SPEC,
+                      _after_start(t0, last_refused_rps=0.0, last_scale_up_s=t0 - 30.0))
+    assert answered.state.burst_factor == 1.0
 
 
 def test_a_breach_at_a_new_higher_peak_is_the_peaks_not_the_factors() -> None:

@@ -708,7 +708,11 @@ class AutotuneSpec(APIModel):
         "to HPA/KEDA through the scale subresource).",
     )
     interval_seconds: int = Field(
-        default=30, ge=5, le=3600, description="Seconds between tuning decisions."
+        default=15,
+        ge=5,
+        le=3600,
+        description="Seconds between tuning decisions. The default is Prometheus's scrape "
+        "interval for the pods (what the PodMonitor asks): a decision sees each scrape once.",
     )
     scale_down_stabilization_seconds: int = Field(
         default=60,

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from batchop.api.models import AutotuneSpec
 from batchop.cli import devpart
 from batchop.cli.flags import bounded_int, positive_float
 from batchop.sim.policy_names import POLICY_NAMES
@@ -54,7 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--min-delay-us", type=delay_us, default=0)
     p.add_argument("--max-delay-us", type=delay_us, default=20_000)
     p.add_argument(
-        "--interval", type=positive_float, default=30.0, help="controller interval (s)"
+        "--interval",
+        type=positive_float,
+        default=float(AutotuneSpec.model_fields["interval_seconds"].default),
+        help="controller interval (s; default: the API's spec.autotune.intervalSeconds)",
     )
     p.add_argument(
         "--instances", type=bounded_int(1, 64), default=1, help="model instances per replica"

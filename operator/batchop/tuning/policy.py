@@ -397,9 +397,13 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         # the window already shows): no more arrive than the busiest recent interval saw.
         refused = min(refused, max(0.0, obs.peak_rps - rps))
     arrivals = max(0.0, rps + refused + growth)
-    # Refusals are counters: rising, they are the present even while the p99 is not.
+    # Refusals are counters: rising, they are the present even while the p99 is not, once
+    # the last scale-up's own refusals (the load it answered) have left the rate window.
+    up_at = state.last_scale_up_s if state.last_scale_up_s is not None else -math.inf
     refusals_current = p99_current or (
-        starting == 0 and refused > (1 + STEADY_RATE_CHANGE) * state.last_refused_rps
+        starting == 0
+        and t - up_at >= P99_WINDOW_S
+        and refused > (1 + STEADY_RATE_CHANGE) * state.last_refused_rps
     )
     draining = growth < -STEADY_RATE_CHANGE * rps  # a backlog from the past is shrinking
     # While a backlog drains the served rate overstates arrivals: no peak is learned then.

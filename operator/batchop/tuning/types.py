@@ -26,7 +26,7 @@ class TuningSpec:
     preferred_batch_sizes: tuple[int, ...] = ()
     tune_delay: bool = True
     tune_replicas: bool = True
-    interval_s: float = 30.0
+    interval_s: float = 15.0
     # How often Prometheus scrapes the model's pods (the PodMonitor batchop renders:
     # RenderOptions.scrape_interval). A sample is up to this old between scrapes, so
     # staleness is judged against the longer of the two intervals (`stale_after_s`).
