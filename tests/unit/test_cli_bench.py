@@ -55,6 +55,8 @@ def test_bench_sweeps_hpa_and_writes_batchops_ratios(
     assert summary["targets_met"] == all(summary["targets"].values())
     text = (out / "bench.md").read_text()
     assert "| tiny | steps" in text and "## batchop vs the baselines" in text
+    assert "## One hpa/keda rule for every case" in text and "- hpa 0.5 on all 1 cases" in text
+    assert [r["hpa_fraction"] for r in data["one_rule"]] == [0.5, 0.9]
     printed = capsys.readouterr()
     assert "tiny steps x1 (SLO 20 ms): GPU-s" in printed.out
     # one progress line per finished job, no carriage returns when not on a terminal
@@ -90,6 +92,32 @@ def test_targets_follow_the_issue() -> None:
     assert bench.targets(ours, oracle, best, summary)["window_attainment"] is True
     best["window_attainment"] = 0.995  # cheaper than hpa but worse attainment: not met
     assert bench.targets(ours, oracle, best, summary)["x_best_hpa"] is False
+
+
+def case(name: str, policy: str, window: float, request: float, gpu_s: float,
+         fraction: float | None = None) -> dict[str, object]:
+    return {"profile_name": "p", "trace_name": name, "policy": policy,
+            "hpa_fraction": fraction, "window_attainment": window, "slo_attainment": request,
+            "gpu_seconds": gpu_s}
+
+
+def test_one_rule_counts_where_a_fixed_fraction_holds_as_well_and_what_it_costs() -> None:
+    rows = [
+        case("a", "batchop", 1.0, 1.0, 100.0),
+        case("a", "hpa", 1.0, 1.0, 200.0, 0.3),  # holds as well, costs double
+        case("a", "hpa", 0.9, 1.0, 80.0, 0.9),  # cheaper, loses windows
+        case("b", "batchop", 0.8, 0.9, 300.0),
+        case("b", "hpa", 0.8, 0.89, 150.0, 0.3),  # as many windows, fewer requests
+        case("b", "hpa", 0.5, 0.7, 100.0, 0.9),
+        case("b", "oracle", 1.0, 1.0, 50.0),
+    ]
+    low, high = bench.one_rule(rows)
+    assert (low["hpa_fraction"], low["cases"], low["holds_as_well"]) == (0.3, 2, 1)
+    assert low["x_all"] == [0.5, 2.0] and low["x_where_it_holds"] == [0.5]
+    assert (high["holds_as_well"], high["x_all"]) == (0, [1.25, 3.0])
+    lines = bench.one_rule_lines([low, high])
+    assert "least batchop's on 1; batchop's GPU-s 0.50-2.00x (median 1.25x)" in lines[0]
+    assert lines[1].endswith("- where it holds the SLO as well")
 
 
 def test_azure_code_has_its_own_scale_per_profile() -> None:
