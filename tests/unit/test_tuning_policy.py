@@ -417,3 +417,17 @@ def test_the_default_scrape_interval_is_the_rendered_podmonitors() -> None:
 
     spec = TuningSpec(slo_ms=50.0, max_batch_size=32)
     assert spec.scrape_interval_s == duration_s(RenderOptions().scrape_interval)
+
+
+def test_the_correction_learns_nothing_while_the_load_rises() -> None:
+    """On a rising load Triton's p99 summary shows a lighter past: a low observed p99 there
+    must not make the model optimistic (it learns once the rate holds)."""
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10, min_delay_us=0,
+                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO)
+    settled = TuningState(last_time_s=0.0, last_rps=1000.0, last_pending=0.0)
+    t = P99_WINDOW_S + 3 * spec.interval_s
+    base = _plant(spec, CPU_DEMO, t, 1000.0, 2, 0)
+    low = replace(base, p99_ms=0.5 * (base.p99_ms or 0.0))  # observed well under predicted
+    held = decide(low, spec, settled).state.p99_correction
+    rising = decide(replace(low, rps=1050.0), spec, settled).state.p99_correction
+    assert held < 1.0 and rising == 1.0

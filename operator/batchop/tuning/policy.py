@@ -60,6 +60,7 @@ NEAR_BEST = 0.02  # delays within this of the best GPU time count as equal; take
 CORRECTION_ALPHA = 0.3  # EWMA weight of a new observed/predicted p99 ratio
 CORRECTION_BOUNDS = (0.8, 1.5)
 STEADY_RATE_CHANGE = 0.1  # rate or queue changes beyond this share of the rate: not steady
+RISING = 0.02  # a rate up by more than this share since the last tick is rising
 BURST_STEP = 1.5  # the burst factor grows at most this much per breach
 BURST_MAX = 3.0
 BURST_RELAX = 0.98  # per tick, while tested without trouble
@@ -379,7 +380,11 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             "holding: no batch-latency data yet (no profile, no steady traffic seen)",
         )
     correction = state.p99_correction
-    if steady and p99_current:
+    # Not on a rising load: Triton's p99 summary then shows a lighter past, and a correction
+    # learned from it turns optimistic just as replicas are needed (bert-base-like diurnal at
+    # 15 s ticks: 0.92 -> 0.81 on the ramp, the scale-up 45 s late, a window lost).
+    rising_load = state.last_rps is not None and rps > (1 + RISING) * state.last_rps
+    if steady and p99_current and not rising_load:
         pred = predict(rps / ready, obs.delay_us, spec.max_batch_size, latency)
         ratio = p99_obs / pred.p99_ms if pred.stable else math.inf
         if CORRECTION_BOUNDS[0] / 2 <= ratio <= CORRECTION_BOUNDS[1] * 2:
