@@ -110,6 +110,19 @@ def test_refusals_from_before_new_replicas_were_ready_are_not_arrivals() -> None
     assert "9,588 rps" in unbounded.reason and "9,588" not in bounded.reason
 
 
+def test_a_served_rate_past_the_busiest_recent_interval_is_not_arrivals() -> None:
+    """Seen on bert-base-like step x4 at 15 s ticks: just after two new pods were ready the
+    pods' summed window rates read 8,001 req/s where 7,200 arrived (the old pod's window
+    still held its saturated minute, the new pods' their present), and a 4th replica was
+    added. What arrives is at most the busiest recent interval."""
+    state = TuningState(last_time_s=0.0, last_rps=6480.0, last_pending=0.0)
+    inflated = obs(15.0, 7201.0, 3)  # the same 11% above what arrives, at this SPEC's scale
+    bounded = decide(replace(inflated, peak_rps=6505.0), SPEC, state)
+    unbounded = decide(inflated, SPEC, state)
+    assert bounded.replicas == 3 < unbounded.replicas
+    assert "7,201 rps arriving" in unbounded.reason and "arriving" not in bounded.reason
+
+
 def _after_start(t: float, **kw: float) -> TuningState:
     """The previous tick (t - 30) saw replicas starting; this one sees them all ready."""
     return TuningState(last_time_s=t - 30.0, last_starting_s=t - 30.0, last_rps=2500.0,

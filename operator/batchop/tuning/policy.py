@@ -8,8 +8,8 @@
 2. Learn, from steady states only (no change, nothing starting, rate and queue steady for
    SETTLE_INTERVALS): the batch-latency curve from (avg batch, compute ms), and a correction
    of the queueing model by observed / predicted p99 at the running configuration.
-3. Demand: the arrivals (served + refused + the queue's growth; refusals no more than the
-   busiest recent interval shows, since the window's may predate replicas now ready), or the
+3. Demand: the arrivals (served + refused + the queue's growth; served and refused no more
+   than the busiest recent interval shows, since the window may predate replicas now ready), or the
    remembered peak (the busiest scrape interval, held spec.peak_memory_s then fading) x the
    burst factor (learned from SLO breaches at a load the replicas were sized for, relaxed
    when a load near the peak passes well within the SLO); with spec.forecast, floored by a
@@ -397,11 +397,14 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # are held between bursts, then fades; the burst factor covers what even a scrape
     # interval averages away, learned from the SLO breaches the remembered peak let through.
     refused = max(0.0, obs.rejected_rps or 0.0)
+    served = rps
     if obs.peak_rps is not None:
-        # The window's refusals may predate replicas that are ready now (whose served rate
-        # the window already shows): no more arrive than the busiest recent interval saw.
-        refused = min(refused, max(0.0, obs.peak_rps - rps))
-    arrivals = max(0.0, rps + refused + growth)
+        # The window may predate replicas that are ready now: its refusals, and a pod's
+        # saturated minute summed with the new pods' present rates (8,001 req/s read where
+        # 7,200 arrived). No more arrive than the busiest recent interval saw.
+        served = min(rps, obs.peak_rps)
+        refused = min(refused, max(0.0, obs.peak_rps - served))
+    arrivals = max(0.0, served + refused + growth)
     # Refusals are counters: rising, they are the present even while the p99 is not, once
     # the last scale-up's own refusals (the load it answered) have left the rate window.
     up_at = state.last_scale_up_s if state.last_scale_up_s is not None else -math.inf
