@@ -431,3 +431,16 @@ def test_the_correction_learns_nothing_while_the_load_rises() -> None:
     held = decide(low, spec, settled).state.p99_correction
     rising = decide(replace(low, rps=1050.0), spec, settled).state.p99_correction
     assert held < 1.0 and rising == 1.0
+
+
+def test_the_delay_rises_only_while_the_observed_p99_has_room_for_it() -> None:
+    """A longer delay adds up to its length to each wait: the model may call it safe while
+    the observed p99 is already near the target (real Triton at maxBatch 2 on busy cores: p99
+    36 ms at 0 us, 66-97 ms at 5,000 us against a 40 ms SLO)."""
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=1,
+                      prior_batch_latency_ms=CPU_DEMO)
+    calm = _plant(spec, CPU_DEMO, 0.0, 200.0, 1, 0)
+    up = decide(calm, spec, TuningState())
+    assert up.kind == "delay-up" and up.delay_us > 0  # the model's case for batching
+    hot = decide(replace(calm, p99_ms=36.0), spec, TuningState())
+    assert hot.delay_us == 0 and "kept while the observed p99 36 ms" in hot.reason
