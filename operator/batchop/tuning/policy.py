@@ -9,12 +9,12 @@
    SETTLE_INTERVALS): the batch-latency curve from (avg batch, compute ms), and a correction
    of the queueing model by observed / predicted p99 at the running configuration.
 3. Demand: the arrivals (served + refused + the queue's growth; served and refused no more
-   than the busiest recent interval shows, since the window may predate replicas now ready), or the
-   remembered peak (the busiest scrape interval, held spec.peak_memory_s then fading) x the
-   burst factor (learned from SLO breaches at a load the replicas were sized for, relaxed
-   when a load near the peak passes well within the SLO); with spec.forecast, floored by a
-   trend. After a start, the settle clock runs from the first tick with every replica
-   ready; a rising refused rate is believed before the p99 summary has caught up.
+   than the busiest recent interval shows, since the window may predate replicas now
+   ready), or the remembered peak (the busiest scrape interval, held spec.peak_memory_s then
+   fading) x the burst factor (learned from SLO breaches at a load the replicas were sized
+   for, relaxed when a load near the peak passes well within the SLO); with spec.forecast,
+   floored by a trend. After a start, the settle clock runs from the first tick with every
+   replica ready; a rising refused rate is believed before the p99 summary has caught up.
 4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
    at demand plus HEADROOM, counting replicas still starting, within [min, max] and what the
    cluster can schedule. Up at once (several if needed); down only to the highest

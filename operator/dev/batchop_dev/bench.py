@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -480,8 +481,7 @@ def one_rule_lines(rules: list[dict[str, Any]]) -> list[str]:
     def span(xs: list[float]) -> str:
         if not xs:
             return "-"
-        mid = xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
-        return f"{xs[0]:.2f}-{xs[-1]:.2f}x (median {mid:.2f}x)"
+        return f"{min(xs):.2f}-{max(xs):.2f}x (median {statistics.median(xs):.2f}x)"
 
     return [
         f"hpa {r['hpa_fraction']:g} on all {r['cases']} cases: window and request att. at "
