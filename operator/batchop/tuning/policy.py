@@ -665,7 +665,13 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     )
     parts = []
     if kind_r:
-        parts.append(f"{why_r}: {cur_n} → {_replicas(replicas)}")
+        # A scale-up's reason predicts at the running count; say what the new count expects.
+        then = (
+            f" (then {_fmt_ms(_p99(final, correction))} ms predicted)"
+            if kind_r == "scale-up"
+            else ""
+        )
+        parts.append(f"{why_r}: {cur_n} → {_replicas(replicas)}{then}")
     if kind_d:
         parts.append(why_d)
     if not parts:
