@@ -11,9 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from batchop.api.models import AutotuneSpec
 from batchop.cli import devpart
 from batchop.cli.flags import bounded_int, positive_float
+from batchop.controller.autotune import INTERVAL_S
 from batchop.sim.policy_names import POLICY_NAMES
 
 # Bounds of the flags: the API's where it has them (scaling, batching), and what a simulation
@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--interval",
         type=positive_float,
-        default=float(AutotuneSpec.model_fields["interval_seconds"].default),
+        default=float(INTERVAL_S),
         help="controller interval (s; default: the API's spec.autotune.intervalSeconds)",
     )
     p.add_argument(

@@ -605,14 +605,13 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         if added_ms > 0 and not (
             p99_current and rps > 0 and p99_obs + added_ms <= UP_MARGIN * model.target
         ):
-            notes.append(
-                f"delay {delay:,} us would do by the model; kept while the observed p99 "
-                f"{_fmt_ms(p99_obs)} ms + {_fmt_ms(added_ms)} ms > "
+            until = (
+                f"while the observed p99 {_fmt_ms(p99_obs)} ms + {_fmt_ms(added_ms)} ms > "
                 f"{_fmt_ms(UP_MARGIN * model.target)} ms"
                 if p99_current
-                else f"delay {delay:,} us would do by the model; kept until Triton's p99 "
-                "shows the present"
+                else "until Triton's p99 shows the present"
             )
+            notes.append(f"delay {delay:,} us would do by the model; kept {until}")
             delay = cur_d
         if delay > obs.delay_us:
             kind_d = "delay-up"
