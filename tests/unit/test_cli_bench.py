@@ -57,6 +57,13 @@ def test_bench_sweeps_hpa_and_writes_batchops_ratios(
     assert "| tiny | steps" in text and "## batchop vs the baselines" in text
     assert "## One hpa/keda rule for every case" in text and "- hpa 0.5 on all 1 cases" in text
     assert [r["hpa_fraction"] for r in data["one_rule"]] == [0.5, 0.9]
+    # batchop's lost windows, each set against the two oracles'; only theirs are kept
+    assert {r["label"] for r in rows if "lost_windows" in r} == {
+        "batchop", "oracle", "reactive-oracle"}  # fmt: skip
+    (lost,) = data["lost_windows"]["cases"]
+    assert lost["lost"] == len(ours["lost_windows"]) == data["lost_windows"]["lost"]
+    assert "## batchop's lost windows, when and why" in text
+    assert f"- tiny steps x1: batchop lost {lost['lost']} (reactive-oracle" in text
     printed = capsys.readouterr()
     assert "tiny steps x1 (SLO 20 ms): GPU-s" in printed.out
     # one progress line per finished job, no carriage returns when not on a terminal
@@ -118,6 +125,37 @@ def test_one_rule_counts_where_a_fixed_fraction_holds_as_well_and_what_it_costs(
     lines = bench.one_rule_lines([low, high])
     assert "least batchop's on 1; batchop's GPU-s 0.50-2.00x (median 1.25x)" in lines[0]
     assert lines[1].endswith("- where it holds the SLO as well")
+
+
+def lost(t: float, ready: int = 1, asked: int = 1) -> dict[str, object]:
+    return {"t": t, "p99_ms": 80.0, "rps_before": 100.0, "rps": 900.0, "peak_rps": 1200,
+            "ready": ready, "ready_max": ready, "desired_max": asked}  # fmt: skip
+
+
+def test_lost_windows_are_set_against_the_oracles_same_windows() -> None:
+    rows = [
+        {**case("a", "batchop", 0.5, 0.9, 10.0), "scale": 2.0,
+         "lost_windows": [lost(60.0, asked=3), lost(180.0)]},
+        {**case("a", "reactive-oracle", 0.5, 0.9, 9.0), "lost_windows": [lost(60.0)]},
+        {**case("a", "oracle", 1.0, 1.0, 9.0), "lost_windows": []},
+        {**case("b", "batchop", 1.0, 1.0, 10.0), "scale": 1.0, "lost_windows": []},
+        case("b", "hpa", 1.0, 1.0, 10.0, 0.5),
+    ]  # fmt: skip
+    got = bench.lost_windows(rows)
+    a, b = got["cases"]
+    assert (a["lost"], a["reactive_oracle_lost"], a["oracle_lost"]) == (2, 1, 0)
+    assert [w["reactive_oracle_lost"] for w in a["windows"]] == [True, False]
+    assert (b["lost"], b["windows"], b["oracle_lost"]) == (0, [], None)
+    assert (got["lost"], got["reactive_oracle_lost_too"], got["oracle_lost_too"]) == (2, 1, 0)
+    assert got["asked_more_during"] == 1
+    lines = bench.lost_window_lines(got)
+    assert lines[0].startswith("p a x2: batchop lost 2 (reactive-oracle 1, oracle 0): min 1 (80")
+    assert "100 -> 900 req/s, busiest second 1,200, ready 1 -> 1 (3 asked)" in lines[0]
+    assert lines[0].endswith("min 3 (80 ms): 100 -> 900 req/s, busiest second 1,200, ready 1 "
+                             "-> 1 (1 asked); reactive oracle held, oracle held")
+    assert lines[1] == "p b x1: batchop lost 0 (reactive-oracle -, oracle -)"  # not run
+    assert lines[2].startswith("all cases: windows lost by batchop 2; of them, lost by the "
+                               "reactive oracle too 1, by the oracle too 0")
 
 
 def test_azure_code_has_its_own_scale_per_profile() -> None:

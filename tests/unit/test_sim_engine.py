@@ -269,3 +269,21 @@ def test_closed_loop_clients_get_their_refusals_back_and_send_again() -> None:
     sim, res = guarded_run(constant_trace(5000, 20), max_queue_size=4, clients=200, seed=32)
     assert res["rejected"] > 0 and res["dropped"] == 0
     assert res["requests"] > 10 * 200  # no client waits forever on a refused request
+
+
+def test_lost_windows_name_the_jump_the_ready_replicas_and_the_busiest_second() -> None:
+    # One replica serves about 1,390 req/s at full batches: the middle minute's 3,000 req/s
+    # breaks the SLO; the quiet minutes before it do not.
+    trace = Trace((0.0, 60.0, 120.0, 180.0), (200.0, 3000.0, 200.0, 0.0), "jump")
+    _, res = run(LINEAR, trace)
+    lost = res["lost_windows"]
+    starts = [w["t"] for w in lost]
+    assert starts[0] == 60.0 and 0.0 not in starts
+    first = lost[0]
+    assert first["rps_before"] == pytest.approx(200, rel=0.1)
+    assert first["rps"] == pytest.approx(3000, rel=0.05)
+    assert first["peak_rps"] >= first["rps"]
+    assert (first["ready"], first["ready_max"], first["desired_max"]) == (1, 1, 1)
+    assert first["p99_ms"] is None or first["p99_ms"] > 100
+    held = 1 - len(lost) / 3
+    assert res["window_attainment"] == pytest.approx(held)

@@ -87,9 +87,50 @@ def summarize(run: SimRun, slo_ms: float) -> dict[str, Any]:
     for key in ("p50_ms", "p99_ms", "mean_ms"):
         if result[key] is not None and not np.isfinite(result[key]):
             result[key] = None  # JSON has no infinity: p99 of a run that dropped > 1%
+    result["lost_windows"] = lost_windows(run, win_p99, slo_s, window)
     result["timeline"] = timeline(run, slo_ms)
     result["decisions"] = run.decisions
     return result
+
+
+def lost_windows(
+    run: SimRun, win_p99: np.ndarray, slo_s: float, window: float
+) -> list[dict[str, Any]]:
+    """Each window whose p99 broke the SLO, with what explains it: the arrival rate of the
+    window before and its own (mean and busiest second), the replicas ready at its start and
+    at most during it, and the most the policy asked for during it. A jump the ready
+    replicas could not serve, answered by pods ready only later, reads off these."""
+    store = run.store
+    arrival = store.arrival[: store.n]
+    per_second = np.bincount(arrival.astype(np.int64), minlength=int(np.ceil(run.end_s)) + 1)
+    hist_t = np.array([h[0] for h in run.history])
+
+    def at(t: float) -> tuple[float, int, int, int]:
+        """(t, desired, ready, delay_us) in effect at `t`."""
+        return run.history[max(0, int(np.searchsorted(hist_t, t, side="right")) - 1)]
+
+    def mean_rps(w: int) -> float:
+        lo, hi = int(w * window), int(min((w + 1) * window, run.end_s))
+        return float(per_second[lo:hi].sum() / max(1, hi - lo))
+
+    out = []
+    for w in np.flatnonzero(~np.isnan(win_p99) & (win_p99 > slo_s)):
+        start, end = w * window, min((w + 1) * window, run.end_s)
+        states = [at(start), *(h for h in run.history if start < h[0] < end)]
+        p99 = float(win_p99[w])
+        out.append(
+            {
+                "t": float(start),
+                "p99_ms": p99 * 1000.0 if np.isfinite(p99) else None,
+                "rps_before": mean_rps(w - 1) if w > 0 else None,
+                "rps": mean_rps(w),
+                "peak_rps": int(per_second[int(start) : int(np.ceil(end))].max()),
+                "ready": states[0][2],
+                "ready_max": max(h[2] for h in states),
+                "desired_max": max(h[1] for h in states),
+            }
+        )
+    return out
 
 
 def timeline(run: SimRun, slo_ms: float) -> list[dict[str, Any]]:

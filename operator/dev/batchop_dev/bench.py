@@ -76,6 +76,8 @@ RESULT_KEYS = (
     "max_replicas_used",
     "decisions_count",
 )
+# The rows whose lost windows bench.md explains: batchop's, and the two oracles' to compare.
+LOST_WINDOW_POLICIES = ("batchop", "reactive-oracle", "oracle")
 
 
 def shared_dir() -> Path:
@@ -194,6 +196,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
             simulate(profile, trace, spec, policy, SimConfig(seed=job["seed"])), job["slo_ms"]
         )
         row.update({k: result[k] for k in RESULT_KEYS})
+        if job["policy"] in LOST_WINDOW_POLICIES:
+            row["lost_windows"] = result["lost_windows"]
         if job.get("plot_dir"):
             from batchop_dev.plot import plot_timeline
 
@@ -311,24 +315,35 @@ def run(args: argparse.Namespace) -> int:
         "trace_scales": {f"{p}/{t}": s for (p, t), s in TRACE_SCALES.items()},
     }
     rules = one_rule(finished)
+    lost = lost_windows(finished)
     (out / "bench.json").write_text(
         json.dumps(
-            {"meta": meta, "rows": finished, "batchop": summaries, "one_rule": rules}, indent=1
+            {
+                "meta": meta,
+                "rows": finished,
+                "batchop": summaries,
+                "one_rule": rules,
+                "lost_windows": lost,
+            },
+            indent=1,
         )
         + "\n"
     )
     table = markdown(finished)
     lines = ratio_lines(summaries)
     rule_lines = one_rule_lines(rules)
+    lost_lines = lost_window_lines(lost)
     (out / "bench.md").write_text(
         f"# batchop bench\n\n{provenance.markdown()}\n{table}\n## batchop vs the baselines\n\n"
         + "".join(f"- {line}\n" for line in lines)
         + TARGETS_LEGEND
         + ONE_RULE_HEAD
         + "".join(f"- {line}\n" for line in rule_lines)
+        + LOST_HEAD
+        + "".join(f"- {line}\n" for line in lost_lines)
     )
     print(table)
-    print("\n".join(lines + rule_lines))
+    print("\n".join(lines + rule_lines + lost_lines))
     print(f"wrote {out / 'bench.md'} and {out / 'bench.json'}", file=sys.stderr)
     return 0
 
@@ -489,6 +504,105 @@ def one_rule_lines(rules: list[dict[str, Any]]) -> list[str]:
         f"{span(r['x_where_it_holds'])} where it holds the SLO as well"
         for r in rules
     ]
+
+
+LOST_HEAD = (
+    "\n## batchop's lost windows, when and why\n\n"
+    "Each 60 s window whose p99 broke the SLO under batchop (minute of the trace, its p99): "
+    "the arrival rate of the minute before -> its own, its busiest second, the replicas "
+    "ready at its start -> at most during it (the most batchop asked for during it); then "
+    "whether the reactive oracle (the minute "
+    "just past, exactly) and the oracle (each coming minute) lost the same window.\n\n"
+)
+
+
+def _count(starts: set[float] | None) -> int | None:
+    return None if starts is None else len(starts)
+
+
+def lost_windows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """batchop's lost windows on every case, each against the two oracles' on the same case:
+    whether a policy without foresight could have kept them."""
+    cases: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        if "lost_windows" in r:
+            cases.setdefault((r["profile_name"], r["trace_name"]), {})[r["policy"]] = r
+    out: list[dict[str, Any]] = []
+    for (profile, trace), by in cases.items():
+        ours = by.get("batchop")
+        if ours is None:
+            continue
+        starts = {
+            name: {w["t"] for w in by[name]["lost_windows"]}
+            for name in ("reactive-oracle", "oracle")
+            if name in by
+        }
+        windows = [
+            {
+                **w,
+                "reactive_oracle_lost": w["t"] in starts.get("reactive-oracle", set()),
+                "oracle_lost": w["t"] in starts.get("oracle", set()),
+            }
+            for w in ours["lost_windows"]
+        ]
+        out.append(
+            {
+                "profile": profile,
+                "trace": trace,
+                "scale": ours["scale"],
+                "lost": len(windows),
+                # None: that oracle did not run
+                "reactive_oracle_lost": _count(starts.get("reactive-oracle")),
+                "oracle_lost": _count(starts.get("oracle")),
+                "windows": windows,
+            }
+        )
+    every = [w for c in out for w in c["windows"]]
+    return {
+        "cases": out,
+        "lost": len(every),
+        "reactive_oracle_lost_too": sum(w["reactive_oracle_lost"] for w in every),
+        "oracle_lost_too": sum(w["oracle_lost"] for w in every),
+        "asked_more_during": sum(w["desired_max"] > w["ready"] for w in every),
+    }
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def lost_window_lines(lost: dict[str, Any]) -> list[str]:
+    """One line per case (see `lost_windows`), then one for all cases."""
+
+    def rate(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.0f}"
+
+    def one(w: dict[str, Any]) -> str:
+        p99 = "-" if w["p99_ms"] is None else f"{w['p99_ms']:,.0f} ms"
+        return (
+            f"min {w['t'] / 60:.0f} ({p99}): {rate(w['rps_before'])} -> {rate(w['rps'])} req/s, "
+            f"busiest second {w['peak_rps']:,}, ready {w['ready']} -> {w['ready_max']} "
+            f"({w['desired_max']} asked); "
+            f"reactive oracle {'lost it' if w['reactive_oracle_lost'] else 'held'}, "
+            f"oracle {'lost it' if w['oracle_lost'] else 'held'}"
+        )
+
+    lines = []
+    for c in lost["cases"]:
+        head = (
+            f"{c['profile']} {c['trace']} x{c['scale']:g}: batchop lost {c['lost']} "
+            f"(reactive-oracle {_or_dash(c['reactive_oracle_lost'])}, "
+            f"oracle {_or_dash(c['oracle_lost'])})"
+        )
+        lines.append(head + ("" if not c["windows"] else ": " + "; ".join(map(one, c["windows"]))))
+    lines.append(
+        f"all cases: windows lost by batchop {lost['lost']}; of them, lost by the reactive "
+        f"oracle too {lost['reactive_oracle_lost_too']}, by the oracle too "
+        f"{lost['oracle_lost_too']}, with more replicas asked for during the window than "
+        f"were ready at its start {lost['asked_more_during']} (a pod starts in the "
+        "profile's startup_seconds)"
+    )
+    return lines
 
 
 def _x(value: float | None) -> str:
