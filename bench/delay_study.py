@@ -15,6 +15,7 @@ import argparse
 import math
 from pathlib import Path
 
+from batchop.provenance import Provenance
 from batchop.sim.baselines import oracle_table, static_policy
 from batchop.sim.engine import SimConfig, SimPolicy, simulate
 from batchop.sim.profile import Profile, load_profile
@@ -89,6 +90,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0, help="closed-loop run length")
     ap.add_argument("--out", type=Path, default=Path("bench/results/delay_study.md"))
     args = ap.parse_args()
+    provenance = Provenance.start()
     lines = ["# What the delay buys (simulated)", "", "## Open loop (Poisson)"]
     closed = ["", "## Closed loop (N clients, no think time)"]
     for path in sorted(args.profiles.glob("*.yaml")):
@@ -99,7 +101,8 @@ def main() -> None:
         lines += open_loop(profile, slo)
         closed += closed_loop(profile, slo, args.seconds)
         print(f"{profile.name}: done", flush=True)
-    text = "\n".join(lines + closed) + "\n"
+    head, rest = lines[:2], lines[2:]
+    text = "\n".join([*head, provenance.finish().markdown(), *rest, *closed]) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)

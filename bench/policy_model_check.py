@@ -16,6 +16,7 @@ import math
 import statistics
 from pathlib import Path
 
+from batchop.provenance import Provenance
 from batchop.sim.baselines import oracle_table
 from batchop.sim.profile import Profile, load_profile
 from batchop.tuning.curve import prior_curve
@@ -64,6 +65,7 @@ def main() -> None:
     ap.add_argument("--profiles", nargs="*", default=sorted(str(p) for p in SHARED.glob("*.yaml")))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    provenance = Provenance.start()
     lines = [
         "| profile | points | min model/sim | median | max | median <30% load | 30-70% "
         "| >70% | SLO ms | sim capacity at SLO (delay 0, grid) | model capacity at SLO |",
@@ -76,7 +78,10 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        Path(args.out).write_text(
+            "# The policy's model against the simulator (bench/policy_model_check.py)\n\n"
+            f"{provenance.finish().markdown()}\n{text}\n"
+        )
 
 
 if __name__ == "__main__":
