@@ -273,7 +273,7 @@ def test_closed_loop_clients_get_their_refusals_back_and_send_again() -> None:
 
 def test_lost_windows_name_the_jump_the_ready_replicas_and_the_busiest_second() -> None:
     # One replica serves about 1,390 req/s at full batches: the middle minute's 3,000 req/s
-    # breaks the SLO; the quiet minutes before it do not.
+    # breaks the SLO; the quiet minute before it does not.
     trace = Trace((0.0, 60.0, 120.0, 180.0), (200.0, 3000.0, 200.0, 0.0), "jump")
     _, res = run(LINEAR, trace)
     lost = res["lost_windows"]

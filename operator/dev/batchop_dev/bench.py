@@ -511,8 +511,8 @@ LOST_HEAD = (
     "Each 60 s window whose p99 broke the SLO under batchop (minute of the trace, its p99): "
     "the arrival rate of the minute before -> its own, its busiest second, the replicas "
     "ready at its start -> at most during it (the most batchop asked for during it); then "
-    "whether the reactive oracle (the minute "
-    "just past, exactly) and the oracle (each coming minute) lost the same window.\n\n"
+    "whether the reactive oracle (the minute just past, exactly) and the oracle (each "
+    "coming minute) lost the same window.\n\n"
 )
 
 
