@@ -35,8 +35,7 @@ from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 # cut; with a p99 roughly 3-5x the mean wait, 10% of the SLO leaves room for the tail.
 HPA_QUEUE_TARGET_FRACTION = 0.10
 # hpa/keda target: requests/s per replica as a fraction of one replica's capacity. 0.7 is
-# a common hand-picked setting; the bench sweeps batchop_dev.bench.HPA_FRACTIONS and
-# reports the best.
+# a common hand-picked setting; `batchop bench` sweeps 0.1-0.9 and reports the best.
 HPA_RPS_FRACTION = 0.7
 HPA_TOLERANCE = 0.10
 HPA_SCALE_DOWN_WINDOW_S = 300.0
