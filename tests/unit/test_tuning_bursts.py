@@ -273,3 +273,43 @@ def test_startup_time_is_learned_when_the_last_new_replica_is_ready() -> None:
     assert _learn_startup(learned, obs(60.0, 100.0, 2), 60.0) == 40.0  # EWMA
     later = replace(learned, last_time_s=45.0)  # a tick passed since the start completed
     assert _learn_startup(later, obs(60.0, 100.0, 2), 60.0) == 20.0
+
+
+def _states(points: list[tuple[float, float]], spec: TuningSpec = SPEC) -> list[TuningState]:
+    """As `run`, the states after each tick (the cluster follows every decision)."""
+    state, replicas, out = TuningState(), 1, []
+    for i, (rps, peak) in enumerate(points):
+        dec = decide(obs(i * spec.interval_s, rps, replicas, peak=peak), spec, state)
+        state, replicas = dec.state, dec.replicas
+        out.append(state)
+    return out
+
+
+def test_a_smaller_burst_during_a_held_peak_holds_its_replicas_once_that_peak_fades() -> None:
+    """azure-code: a burst smaller than the remembered peak came while that peak was held;
+    with one slot it was forgotten and replicas went before it came back. Once bursts recur
+    it is kept, and takes over when the larger peak has faded below it."""
+    quiet = [(300.0, 300.0)] * 4
+    big = [(6000.0, 12000.0)]
+    small = [(3000.0, 6000.0)]
+    recurring = big + quiet + big + quiet  # the big burst came back: bursts recur
+    after = [(300.0, 300.0)] * 25
+    with_small = run(recurring + small + after)
+    without = run(recurring + after + [(300.0, 300.0)])
+    states = _states(recurring + small + after)
+    s = len(recurring)  # the small burst's tick
+    assert states[s].bursts_recur and states[s].peak_rps == 12000.0
+    assert states[s].next_peak_rps == 6000.0 and states[s].next_peak_at_s == s * SPEC.interval_s
+    # the big peak (last seen at tick 5) is held 300 s and fades over 300 s, gone at tick 25;
+    # the small one (tick 10) fades from tick 20 to 30: at tick 25 it holds half of 6,000
+    t25 = 25
+    assert states[t25].peak_rps == 6000.0  # the small burst has taken over
+    assert with_small[t25] > without[t25]
+    assert with_small[-1] == without[-1] == 1  # and it fades too
+
+
+def test_a_lower_peak_is_not_kept_before_bursts_recur() -> None:
+    # a one-off level (a step) that fell: nothing below it is kept, it fades as before
+    states = _states([(6000.0, 12000.0)] * 2 + [(3000.0, 6000.0)] + [(300.0, 300.0)] * 3)
+    assert not states[-1].bursts_recur
+    assert all(s.next_peak_rps == 0.0 for s in states)

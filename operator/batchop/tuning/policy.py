@@ -11,7 +11,8 @@
 3. Demand: the arrivals (served + refused + the queue's growth; served and refused no more
    than the busiest recent interval shows, since the window may predate replicas now
    ready), or the remembered peak (the busiest scrape interval, held spec.peak_memory_s then
-   fading) x the burst factor (learned from SLO breaches at a load the replicas were sized
+   fading; once bursts recur, a lower burst since takes over when it has faded below that
+   burst) x the burst factor (learned from SLO breaches at a load the replicas were sized
    for, relaxed when a load near the peak passes well within the SLO); with spec.forecast,
    floored by a trend. After a start, the settle clock runs from the first tick with every
    replica ready; a rising refused rate is believed before the p99 summary has caught up.
@@ -227,14 +228,40 @@ def _missing(obs: Observation) -> list[str]:
 
 def _remembered(state: TuningState, t: float, memory_s: float) -> float:
     """The remembered peak at t: held for memory_s, then fading linearly over as long."""
-    if state.peak_at_s is None or state.peak_rps <= 0:
+    return _faded(state.peak_rps, state.peak_at_s, t, memory_s)
+
+
+def _faded(rps: float, at_s: float | None, t: float, memory_s: float) -> float:
+    if at_s is None or rps <= 0:
         return 0.0
-    age = t - state.peak_at_s
+    age = t - at_s
     if age <= memory_s:
-        return state.peak_rps
+        return rps
     if memory_s <= 0:
         return 0.0
-    return state.peak_rps * max(0.0, 1.0 - (age - memory_s) / memory_s)
+    return rps * max(0.0, 1.0 - (age - memory_s) / memory_s)
+
+
+def _remember(
+    state: TuningState, t: float, memory_s: float, peak_now: float
+) -> tuple[float, tuple[float, float | None], tuple[float, float | None]]:
+    """(the remembered peak before this tick, the peak kept, the next peak kept).
+
+    A peak at or above the remembered one replaces it. Once bursts recur, a lower one is
+    kept as the next peak (the highest since, by what is left of it now), which takes over
+    when the remembered peak has faded below it: with one slot a smaller burst that came
+    while a large one was held is forgotten, and its replicas go before it comes back."""
+    peak = (state.peak_rps, state.peak_at_s)
+    after = (state.next_peak_rps, state.next_peak_at_s)
+    before = _faded(*peak, t, memory_s)
+    left = _faded(*after, t, memory_s)
+    if left > before:
+        peak, after, before, left = after, (0.0, None), left, 0.0
+    if peak_now > 0 and peak_now >= before:
+        return before, (peak_now, t), (0.0, None)
+    if state.bursts_recur and peak_now > 0 and peak_now >= left:
+        after = (peak_now, t)
+    return before, peak, after
 
 
 def _learn_burst(
@@ -420,10 +447,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # The memory is long only for bursts that came back: a one-off rise (a step, a ramp)
     # is held SHORT_MEMORY_S, then fades as long again.
     memory = spec.peak_memory_s if state.bursts_recur else min(spec.peak_memory_s, SHORT_MEMORY_S)
-    remembered_before = _remembered(state, t, memory)
-    peak, peak_at = state.peak_rps, state.peak_at_s
-    if peak_now >= remembered_before and peak_now > 0:
-        peak, peak_at = peak_now, t
+    remembered_before, (peak, peak_at), (next_peak, next_at) = _remember(state, t, memory, peak_now)
     # Is this a burst that came back? The last burst is kept apart from the remembered peak
     # (which fades): a peak near it after a quiet spell, within twice the long memory.
     seen, seen_at = state.last_burst_rps, state.last_burst_s
@@ -640,6 +664,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         last_refused_rps=refused,
         peak_rps=peak,
         peak_at_s=peak_at,
+        next_peak_rps=next_peak,
+        next_peak_at_s=next_at,
         last_burst_rps=seen,
         last_burst_s=seen_at,
         quiet_since_peak=quiet,
