@@ -19,7 +19,7 @@ from batchop.tuning.policy import (
     _remembered,
     decide,
 )
-from batchop.tuning.types import Observation, TuningSpec, TuningState
+from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 
 CPU_DEMO = ((1, 4.0), (4, 5.0), (8, 6.0), (16, 8.0), (32, 12.0))
 SPEC = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=16, min_delay_us=0,
@@ -34,15 +34,20 @@ def obs(t: float, rps: float, replicas: int, *, peak: float | None = None,
                        delay_us=0, peak_rps=peak, rejected_rps=rejected)
 
 
-def run(points: list[tuple[float, float | None]], spec: TuningSpec = SPEC,
-        replicas: int = 1) -> list[int]:
+def decisions(points: list[tuple[float, float | None]], spec: TuningSpec = SPEC,
+              replicas: int = 1) -> list[Decision]:
     """Feed (mean rate, peak rate) per tick; the cluster follows every decision."""
     state, out = TuningState(), []
     for i, (rps, peak) in enumerate(points):
         dec = decide(obs(i * spec.interval_s, rps, replicas, peak=peak), spec, state)
         state, replicas = dec.state, dec.replicas
-        out.append(replicas)
+        out.append(dec)
     return out
+
+
+def run(points: list[tuple[float, float | None]], spec: TuningSpec = SPEC,
+        replicas: int = 1) -> list[int]:
+    return [d.replicas for d in decisions(points, spec, replicas)]
 
 
 def test_a_short_burst_sizes_replicas_by_its_peak_not_the_windows_mean() -> None:
@@ -275,16 +280,6 @@ def test_startup_time_is_learned_when_the_last_new_replica_is_ready() -> None:
     assert _learn_startup(later, obs(60.0, 100.0, 2), 60.0) == 20.0
 
 
-def _states(points: list[tuple[float, float]], spec: TuningSpec = SPEC) -> list[TuningState]:
-    """As `run`, the states after each tick (the cluster follows every decision)."""
-    state, replicas, out = TuningState(), 1, []
-    for i, (rps, peak) in enumerate(points):
-        dec = decide(obs(i * spec.interval_s, rps, replicas, peak=peak), spec, state)
-        state, replicas = dec.state, dec.replicas
-        out.append(state)
-    return out
-
-
 def test_a_smaller_burst_during_a_held_peak_holds_its_replicas_once_that_peak_fades() -> None:
     """azure-code: a burst smaller than the remembered peak came while that peak was held;
     with one slot it was forgotten and replicas went before it came back. Once bursts recur
@@ -296,7 +291,7 @@ def test_a_smaller_burst_during_a_held_peak_holds_its_replicas_once_that_peak_fa
     after = [(300.0, 300.0)] * 25
     with_small = run(recurring + small + after)
     without = run(recurring + after + [(300.0, 300.0)])
-    states = _states(recurring + small + after)
+    states = [d.state for d in decisions(recurring + small + after)]
     s = len(recurring)  # the small burst's tick
     assert states[s].bursts_recur and states[s].peak_rps == 12000.0
     assert states[s].next_peak_rps == 6000.0 and states[s].next_peak_at_s == s * SPEC.interval_s
@@ -310,6 +305,7 @@ def test_a_smaller_burst_during_a_held_peak_holds_its_replicas_once_that_peak_fa
 
 def test_a_lower_peak_is_not_kept_before_bursts_recur() -> None:
     # a one-off level (a step) that fell: nothing below it is kept, it fades as before
-    states = _states([(6000.0, 12000.0)] * 2 + [(3000.0, 6000.0)] + [(300.0, 300.0)] * 3)
+    points = [(6000.0, 12000.0)] * 2 + [(3000.0, 6000.0)] + [(300.0, 300.0)] * 3
+    states = [d.state for d in decisions(points)]
     assert not states[-1].bursts_recur
     assert all(s.next_peak_rps == 0.0 for s in states)
