@@ -11,11 +11,12 @@
 3. Demand: the arrivals (served + refused + the queue's growth; served and refused no more
    than the busiest recent interval shows, since the window may predate replicas now
    ready), or the remembered peak (the busiest scrape interval, held spec.peak_memory_s then
-   fading; once bursts recur, a lower burst since takes over when it has faded below that
-   burst) x the burst factor (learned from SLO breaches at a load the replicas were sized
-   for, relaxed when a load near the peak passes well within the SLO); with spec.forecast,
-   floored by a trend. After a start, the settle clock runs from the first tick with every
-   replica ready; a rising refused rate is believed before the p99 summary has caught up.
+   fading; once bursts recur, the busiest lower burst since then takes over when the peak
+   has faded below it) x the burst factor (learned from SLO breaches at a load the replicas
+   were sized for, relaxed when a load near the peak passes well within the SLO); with
+   spec.forecast, floored by a trend. After a start, the settle clock runs from the first
+   tick with every replica ready; a rising refused rate is believed before the p99 summary
+   has caught up.
 4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
    at demand plus HEADROOM, counting replicas still starting, within [min, max] and what the
    cluster can schedule. Up at once (several if needed); down only to the highest

@@ -126,8 +126,8 @@ class TuningState:
     peak_at_s: float | None = None
     # Once bursts recur: the busiest interval seen since that peak (lower than it) and when.
     # It takes over when the peak has faded below it, so a smaller burst that came later
-    # holds its replicas for its own memory (azure-code: a 5,500 req/s burst 9 minutes after
-    # a larger one, then another 10 minutes later).
+    # holds its replicas for its own memory (bert-base-like azure-code: a burst of 5,500
+    # req/s over 10 s some 9 minutes after a larger one, another 10 minutes after it).
     next_peak_rps: float = 0.0
     next_peak_at_s: float | None = None
     # How much above the remembered peak the load must be sized for: a burst shorter than a
