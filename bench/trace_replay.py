@@ -13,6 +13,7 @@ shorter slice on every `make test`; this file is what README may quote.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 
 from batchop.provenance import Provenance
@@ -49,9 +50,7 @@ def main() -> int:
     if not bursty:
         print("trace_replay: the demo wrote no bursty summary: " + "; ".join(result.notes))
         return 1
-    kinds: dict[str, int] = {}
-    for d in result.decisions:
-        kinds[d.get("kind", "?")] = kinds.get(d.get("kind", "?"), 0) + 1
+    kinds = Counter(d.get("kind", "?") for d in result.decisions)
     replicas = [s.replicas for s in result.timeline]
     lines = [
         "# The real stack on a bursty production trace (bench/trace_replay.py)",

@@ -281,14 +281,15 @@ def test_prometheus_scrapes_the_operator_through_the_charts_servicemonitor(
     # (the decision came before), it must still show the decision at its first sample.
     decided = f'batchop_decisions_total{{namespace="{namespace}", batchedmodel="{name}"}}'
     (marks,) = [e for t, e in panels if t == "Decisions (annotations)"]
+    missed = f"panel Decisions (annotations): {marks}"
     first = [min(float(ts) for ts, _ in r["values"])
              for r in _query(url, f"{decided}[10m]")]
-    if f"panel Decisions (annotations): {marks}" in left and first:
+    if missed in left and first:
         assert _query(url, marks, at=min(first)), (marks, min(first))
-        left.remove(f"panel Decisions (annotations): {marks}")
+        left.remove(missed)
     absent = [a["expr"] for a in dashboard.build_alerts()["alerts"] if "absent(" in a["expr"]]
     assert absent and all(_query(url, e) == [] for e in absent)  # the operator is scraped
-    if left == [f"panel Decisions (annotations): {marks}"] and not first:
+    if left == [missed] and not first:
         pytest.skip("Decisions panel not judged: the tuner made no decision for the model in "
                     "the test's load (every other panel and alert showed the model's data)")
     assert not left, "no data with the model's namespace for: " + "; ".join(left)

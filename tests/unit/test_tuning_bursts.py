@@ -15,8 +15,8 @@ from batchop.tuning.policy import (
     BURST_MAX,
     P99_WINDOW_S,
     SHORT_MEMORY_S,
+    _faded,
     _learn_startup,
-    _remembered,
     decide,
 )
 from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
@@ -71,10 +71,9 @@ def test_with_no_memory_the_window_alone_holds_replicas() -> None:
 
 
 def test_the_remembered_peak_fades_linearly_after_the_memory() -> None:
-    state = TuningState(peak_rps=1000.0, peak_at_s=0.0)
-    assert _remembered(state, 300.0, 300.0) == 1000.0
-    assert _remembered(state, 450.0, 300.0) == pytest.approx(500.0)
-    assert _remembered(state, 600.0, 300.0) == 0.0
+    assert _faded(1000.0, 0.0, 300.0, 300.0) == 1000.0
+    assert _faded(1000.0, 0.0, 450.0, 300.0) == pytest.approx(500.0)
+    assert _faded(1000.0, 0.0, 600.0, 300.0) == 0.0
 
 
 def _sized(state_peak: float, factor: float = 1.0) -> TuningState:

@@ -116,7 +116,10 @@ def lost_windows(
     out = []
     for w in np.flatnonzero(~np.isnan(win_p99) & (win_p99 > slo_s)):
         start, end = w * window, min((w + 1) * window, run.end_s)
-        states = [at(start), *(h for h in run.history if start < h[0] < end)]
+        inside = run.history[
+            int(np.searchsorted(hist_t, start, side="right")) : int(np.searchsorted(hist_t, end))
+        ]
+        states = [at(start), *inside]
         p99 = float(win_p99[w])
         out.append(
             {

@@ -227,12 +227,9 @@ def _missing(obs: Observation) -> list[str]:
     return [n for n in names if getattr(obs, n) is None or not math.isfinite(getattr(obs, n))]
 
 
-def _remembered(state: TuningState, t: float, memory_s: float) -> float:
-    """The remembered peak at t: held for memory_s, then fading linearly over as long."""
-    return _faded(state.peak_rps, state.peak_at_s, t, memory_s)
-
-
 def _faded(rps: float, at_s: float | None, t: float, memory_s: float) -> float:
+    """A peak of `rps` seen at `at_s`, remembered at t: held for memory_s, then fading
+    linearly over as long."""
     if at_s is None or rps <= 0:
         return 0.0
     age = t - at_s
