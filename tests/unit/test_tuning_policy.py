@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from batchop.tuning import curve
 from batchop.tuning.model import predict
 from batchop.tuning.policy import (
+    DELAY_CEILING_S,
     P99_WINDOW_S,
     STABILISATION_S,
     STALE_INTERVALS,
@@ -444,3 +445,44 @@ def test_the_delay_rises_only_while_the_observed_p99_has_room_for_it() -> None:
     assert up.kind == "delay-up" and up.delay_us > 0  # the model's case for batching
     hot = decide(replace(calm, p99_ms=36.0), spec, TuningState())
     assert hot.delay_us == 0 and "kept while the observed p99 36 ms" in hot.reason
+
+
+def _after_a_raise(p99_at_raised: float | None) -> tuple[int, list[Decision]]:
+    """A delay raised at 200 req/s, then 10 minutes at that rate. The observed p99 at the
+    raised delay is `p99_at_raised` (None: what the model predicts); back at the delay
+    before it, what the model predicts."""
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=1,
+                      prior_batch_latency_ms=CPU_DEMO)
+    up = decide(_plant(spec, CPU_DEMO, 0.0, 200.0, 1, 0), spec, TuningState())
+    assert up.kind == "delay-up" and up.delay_us > 0
+    raised, state, delay, out = up.delay_us, up.state, up.delay_us, []
+    for i in range(1, 41):
+        obs = _plant(spec, CPU_DEMO, i * spec.interval_s, 200.0, 1, delay)
+        if delay == raised and p99_at_raised is not None:
+            obs = replace(obs, p99_ms=p99_at_raised)
+        dec = decide(obs, spec, state)
+        out.append(dec)
+        state, delay = dec.state, dec.delay_us
+    return raised, out
+
+
+def test_a_raise_that_breaks_the_target_is_undone_and_not_tried_again_at_that_load() -> None:
+    """The model can be wrong about a delay on real Triton (maxBatch 2 on two busy cores:
+    0 -> 5,000 us predicted 17 ms, Triton's p99 went 15-22 -> 47 ms against a 40 ms SLO).
+    Once Triton's p99 shows the raise over the target (42.5 ms here, the SLO 50 ms unbroken),
+    the delay goes back, and that delay stays barred at this load."""
+    raised, out = _after_a_raise(45.0)
+    downs = [i for i, d in enumerate(out) if d.kind == "delay-down"]
+    assert downs, [d.reason for d in out]
+    back = out[downs[0]]
+    # Judged only once the summary shows the raised delay alone (not on a lagging p99).
+    assert (downs[0] + 1) * 15.0 >= P99_WINDOW_S
+    assert back.delay_us == 0 and "the raise from 0 us broke the target" in back.reason
+    later = out[downs[0]:]
+    assert 40 * 15.0 < DELAY_CEILING_S  # the whole run is within the bar
+    assert all(d.delay_us < raised for d in later), [d.reason for d in later]
+
+
+def test_a_raise_the_p99_bears_out_is_kept() -> None:
+    raised, out = _after_a_raise(None)
+    assert all(d.delay_us == raised for d in out), [d.reason for d in out if d.kind != "hold"]

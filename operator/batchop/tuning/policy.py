@@ -74,6 +74,8 @@ SHORT_MEMORY_S = 240.0  # how long a peak that never came back holds its replica
 QUIET_SHARE = 0.5  # load below this share of the remembered peak is a quiet spell
 DEFAULT_STARTUP_S = 30.0  # replicas' startup until one has been seen
 P99_WINDOW_S = 60.0  # Triton's p99 summary still shows the past this long after a change or a fall
+DELAY_CEILING_S = 900.0  # how long a raise that broke the target bars that delay again
+DELAY_CEILING_SHARE = 0.8  # ... at rates per replica from this share of the one it failed at
 DELAY_GRID_US = (
     0,
     100,
@@ -174,18 +176,22 @@ class _Model:
                 lo = mid + 1
         return lo
 
-    def best_delay(self, rate: float, current: int | None = None) -> int:
+    def best_delay(
+        self, rate: float, current: int | None = None, ceiling: int | None = None
+    ) -> int:
         """Least GPU time per inference within the margin; smallest among near-equals.
 
         A delay above `current` must keep a wider margin (UP_MARGIN), so that a delay chosen
-        at the edge of the target is not raised and cut again on every tick.
+        at the edge of the target is not raised and cut again on every tick, and stay below
+        `ceiling` (a delay that broke the target when last tried here).
         """
         top = math.inf if current is None else current
+        bar = math.inf if ceiling is None else ceiling
 
         def target(d: int) -> float:
             return self.target if d <= top else UP_MARGIN * self.target
 
-        ok = [d for d in self.delays if self.p99(rate, d) <= target(d)]
+        ok = [d for d in self.delays if (d <= top or d < bar) and self.p99(rate, d) <= target(d)]
         if not ok:
             return min(self.delays, key=lambda d: (self.p99(rate, d), d))
         best = min(self.at(rate, d).gpu_ms_per_inference for d in ok)
@@ -589,13 +595,40 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     why_d = ""
     serving = max(1, min(replicas, ready) if ready > 0 else replicas)
     rate = plan_rps / serving
+    raised_from = state.delay_raised_from_us
+    ceiling = state.delay_ceiling
+    if ceiling is not None and t - ceiling[2] >= DELAY_CEILING_S:
+        ceiling = None
     if spec.tune_delay:
         cur_d = min(max(obs.delay_us, spec.min_delay_us), spec.max_delay_us)
-        new_d = model.best_delay(rate, cur_d)
-        # Cut at once, raise slowly: up only to the least delay recommended in the window.
-        delay_recs = tuple(
-            (ts, d) for ts, d in state.delay_recommendations if ts > t - DELAY_UP_WINDOW_S
-        ) + ((t, new_d),)
+        # A raise is on trial until Triton's p99 shows it. Over the target, the model was wrong
+        # about the delay at this load (real Triton at maxBatch 2 on two busy cores: 0 ->
+        # 5,000 us predicted 17 ms, Triton's p99 went 15-22 -> 47 ms against a 40 ms SLO):
+        # back to the delay before it, and that delay is barred at this load for a while.
+        failed_from = (
+            raised_from
+            if raised_from is not None
+            and raised_from < cur_d
+            and p99_current
+            and rps > 0
+            and p99_obs > model.target
+            else None
+        )
+        if p99_current or raised_from is None or raised_from >= cur_d:
+            raised_from = None  # judged (or moot): no longer on trial
+        if failed_from is not None:
+            ceiling = (cur_d, rate, t)
+        barred = ceiling is not None and rate >= DELAY_CEILING_SHARE * ceiling[1]
+        bar = ceiling[0] if barred and ceiling is not None else None
+        new_d = model.best_delay(rate, cur_d, bar)
+        if failed_from is not None:
+            new_d = min(new_d, max(failed_from, spec.min_delay_us))
+        # Cut at once, raise slowly: up only to the least delay recommended in the window
+        # (which starts again after a failed raise).
+        kept = () if failed_from is not None else state.delay_recommendations
+        delay_recs = tuple((ts, d) for ts, d in kept if ts > t - DELAY_UP_WINDOW_S) + (
+            (t, new_d),
+        )
         if new_d > cur_d:
             new_d = max(cur_d, min(d for _, d in delay_recs))
         cur_p = model.at(rate, cur_d)
@@ -608,7 +641,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         # a cut that buys nothing would be undone once new replicas share the load (two
         # reloads; hypothesis found 500 -> 0 -> 5,475 us on a steady load).
         late_cut = new_d < cur_d and (
-            p99_obs > spec.slo_ms
+            failed_from is not None
+            or p99_obs > spec.slo_ms
             or (
                 _p99(cur_p, correction) > model.target
                 and _p99(new_p, correction) < _p99(cur_p, correction) * (1 - NEAR_BEST)
@@ -649,6 +683,17 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
                 f"predicted p99 {_fmt_ms(_p99(p_new, correction))} ms "
                 f"(target {_fmt_ms(model.target)} ms)"
             )
+        if failed_from is not None and kind_d == "delay-down":
+            why_d = (
+                f"delay {obs.delay_us:,} → {delay:,} us: the raise from {failed_from:,} us broke "
+                f"the target (p99 {_fmt_ms(p99_obs)} ms > {_fmt_ms(model.target)} ms); no delay "
+                f"of {obs.delay_us:,} us or more at {_fmt_rate(DELAY_CEILING_SHARE * rate)} "
+                f"rps per replica or more for {DELAY_CEILING_S:.0f} s"
+            )
+        if kind_d == "delay-up":
+            raised_from = obs.delay_us
+        elif kind_d == "delay-down":
+            raised_from = None
 
     final = model.at(plan_rps / max(1, replicas), delay)
     new_state = replace(
@@ -672,6 +717,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         burst_learned_s=burst_learned_s,
         startup_s=_learn_startup(state, obs, t),
         delay_recommendations=delay_recs,
+        delay_raised_from_us=raised_from,
+        delay_ceiling=ceiling,
         last_starting_s=t if starting > 0 else state.last_starting_s,
         ready_at_s=(
             t

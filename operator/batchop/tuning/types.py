@@ -121,6 +121,11 @@ class TuningState:
     last_rate_fall_s: float | None = None
     # Recent recommended delays with their times: the delay rises only to their minimum.
     delay_recommendations: tuple[tuple[float, int], ...] = ()
+    # The delay before the last raise, until Triton's p99 has shown the raise (then None).
+    delay_raised_from_us: int | None = None
+    # A raise that broke the target: no delay this long or longer at a rate per replica near
+    # or above the one it failed at, for DELAY_CEILING_S (delay, rate per replica, when).
+    delay_ceiling: tuple[int, float, float] | None = None
     # The highest arrival rate seen lately and when: replicas are sized for it until it fades.
     peak_rps: float = 0.0
     peak_at_s: float | None = None
