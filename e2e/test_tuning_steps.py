@@ -17,8 +17,8 @@ What is asserted is behaviour, not speed:
   delay raised later, once replicas have room, must keep the settled p99 (or be undone);
 - the step down gives replicas back (scaleDownStabilizationSeconds is 30 here, not 60, and
   burstMemorySeconds 0, not 600: a 70 s step down has no room for a peak memory; the
-  memory is tested in the simulator and e2e/test_bursty_trace.py),
-  unless Triton's own p99 was over the SLO in the step down (the policy must then hold);
+  memory is tested in the simulator and e2e/test_bursty_trace.py); a hold is not judged
+  when Triton's own p99 was over the SLO in the step down (the policy must then hold);
 - no request failed while the delay was reloaded live: every failed request, if any, went to
   a pod removed by the scale-down, after it was decided (and, on a machine that keeps the
   generator on schedule, none failed at all: removed pods drain for their preStop sleep);
@@ -245,6 +245,8 @@ def _judge(
           f"{peak} -> {end}")
     if peak == 1:
         assert end == 1
+    elif end < peak:
+        pass  # given back (seen after a step-down p99 of 50.7 ms: its summary held the step up)
     elif low_p99 is not None and low_p99 > SLO_MS:
         # The policy never scales down while the p99 it reads breaks the SLO: holding is right.
         unjudged.append(f"give-back not judged: Triton's p99 {low_p99:.1f} ms > SLO in the "
