@@ -468,7 +468,7 @@ def _after_a_raise(p99_at_raised: float | None) -> tuple[int, list[Decision]]:
 
 def test_a_raise_that_breaks_the_target_is_undone_and_not_tried_again_at_that_load() -> None:
     """The model can be wrong about a delay on real Triton (maxBatch 2 on two busy cores:
-    0 -> 5,000 us predicted 17 ms, Triton's p99 went 15-22 -> 47 ms against a 40 ms SLO).
+    0 -> 5,000 us predicted 17 ms, Triton's p99 went from <= 25.6 to 47 ms, SLO 40 ms).
     Once Triton's p99 shows the raise over the target (42.5 ms here, the SLO 50 ms unbroken),
     the delay goes back, and that delay stays barred at this load."""
     raised, out = _after_a_raise(45.0)
@@ -479,7 +479,7 @@ def test_a_raise_that_breaks_the_target_is_undone_and_not_tried_again_at_that_lo
     assert (downs[0] + 1) * 15.0 >= P99_WINDOW_S
     assert back.delay_us == 0 and "the raise from 0 us broke the target" in back.reason
     later = out[downs[0]:]
-    assert 40 * 15.0 < DELAY_CEILING_S  # the whole run is within the bar
+    assert DELAY_CEILING_S > 40 * 15.0  # the whole run is within the bar
     assert all(d.delay_us < raised for d in later), [d.reason for d in later]
 
 
