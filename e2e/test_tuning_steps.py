@@ -245,10 +245,9 @@ def _judge(
           f"{peak} -> {end}")
     if peak == 1:
         assert end == 1
-    elif end < peak:
-        pass  # given back (seen after a step-down p99 of 50.7 ms: its summary held the step up)
-    elif low_p99 is not None and low_p99 > SLO_MS:
+    elif end >= peak and low_p99 is not None and low_p99 > SLO_MS:
         # The policy never scales down while the p99 it reads breaks the SLO: holding is right.
+        # (A give-back is judged whatever that p99: seen 2 -> 1 at 50.7 ms, the step up's.)
         unjudged.append(f"give-back not judged: Triton's p99 {low_p99:.1f} ms > SLO in the "
                         "step down (the machine was too slow to serve it)")
     else:

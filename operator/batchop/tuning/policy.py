@@ -605,21 +605,18 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         # about the delay at this load (real Triton at maxBatch 2 on two busy cores: 0 ->
         # 5,000 us predicted 17 ms, Triton's p99 went from <= 25.6 to 47 ms, SLO 40 ms):
         # back to the delay before it, and that delay is barred at this load for a while.
-        failed_from = (
-            raised_from
-            if raised_from is not None
-            and raised_from < cur_d
-            and p99_current
-            and rps > 0
-            and p99_obs > model.target
-            else None
-        )
-        if p99_current or raised_from is None or raised_from >= cur_d:
+        on_trial = raised_from is not None and raised_from < cur_d
+        failed = on_trial and p99_current and rps > 0 and p99_obs > model.target
+        failed_from = raised_from if failed else None
+        if p99_current or not on_trial:
             raised_from = None  # judged (or moot): no longer on trial
         if failed_from is not None:
             ceiling = (cur_d, rate, t)
-        barred = ceiling is not None and rate >= DELAY_CEILING_SHARE * ceiling[1]
-        bar = ceiling[0] if barred and ceiling is not None else None
+        bar = (
+            ceiling[0]
+            if ceiling is not None and rate >= DELAY_CEILING_SHARE * ceiling[1]
+            else None
+        )
         new_d = model.best_delay(rate, cur_d, bar)
         if failed_from is not None:
             new_d = min(new_d, max(failed_from, spec.min_delay_us))
