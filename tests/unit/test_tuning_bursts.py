@@ -13,6 +13,7 @@ from batchop.sim.scrape import SUCCESS, Sample, peak_rate
 from batchop.tuning.forecast import MAX_RISE, trend
 from batchop.tuning.policy import (
     BURST_MAX,
+    LEVEL_S,
     P99_WINDOW_S,
     SHORT_MEMORY_S,
     _faded,
@@ -308,3 +309,45 @@ def test_a_lower_peak_is_not_kept_before_bursts_recur() -> None:
     states = [d.state for d in decisions(points)]
     assert not states[-1].bursts_recur
     assert all(s.next_peak_rps == 0.0 for s in states)
+
+
+def test_a_level_that_falls_is_given_back_through_the_window_not_held() -> None:
+    """diurnal: the remembered peak held a falling load's replicas 4-6 minutes. A load near
+    its peak for LEVEL_S with no burst in the window is a level: when it falls (the window's
+    mean lagging the load, as Prometheus reads it) its replicas go through the scale-down
+    window, where a rise as high but shorter is held for SHORT_MEMORY_S."""
+    fall = [(2000.0, 300.0), (1000.0, 300.0)] + [(300.0, 300.0)] * 20
+    level_ticks = int(LEVEL_S // SPEC.interval_s) + 2
+    level = run([(3000.0, 3000.0)] * level_ticks + fall)
+    short = run([(3000.0, 3000.0)] * 3 + fall)
+    base = run([(300.0, 300.0)] * 4)[-1]
+    window_ticks = int(SPEC.scale_down_window_s // SPEC.interval_s)
+    after = 2 + window_ticks + 1  # the lagging fall, the window, one tick to act
+    assert level[level_ticks - 1] == short[2] > base
+    assert level[level_ticks + after] == base
+    assert short[3 + after] > base  # the one-off rise is still held there
+    assert min(short[3: 3 + int(SHORT_MEMORY_S // SPEC.interval_s)]) == short[2]
+
+
+def test_a_quiet_spell_under_a_held_burst_is_never_a_level() -> None:
+    """bursty: bursts some 5 minutes apart. The quiet between them is calm, but far under the
+    burst held: it does not become a level, so the burst's replicas stay for the next."""
+    spec = replace(SPEC, peak_memory_s=600.0)
+    quiet_ticks = int(LEVEL_S // spec.interval_s) + 2
+    cycle = [(3000.0, 3000.0)] * 2 + [(300.0, 300.0)] * quiet_ticks
+    points = cycle * 3
+    decs = decisions(points, spec)
+    base = run([(300.0, 300.0)] * 4, spec)[-1]
+    end_of_second_quiet = 2 * len(cycle) - 1
+    assert decs[end_of_second_quiet].replicas == decs[len(cycle)].replicas > base
+    assert all(d.state.level_since_s is None for d in decs[len(cycle) + 2: 2 * len(cycle)])
+
+
+def test_a_burst_in_the_window_ends_a_level_and_its_peak_is_held() -> None:
+    level_ticks = int(LEVEL_S // SPEC.interval_s) + 2
+    steady = [(1000.0, 1000.0)] * level_ticks
+    decs = decisions(steady + [(1200.0, 3000.0)] + [(1000.0, 1000.0)] * 4)
+    assert decs[level_ticks - 1].state.level_since_s == 0.0  # a level
+    burst = decs[level_ticks]
+    assert burst.state.level_since_s is None and burst.state.peak_rps == 3000.0
+    assert min(d.replicas for d in decs[level_ticks:]) == burst.replicas > decs[0].replicas

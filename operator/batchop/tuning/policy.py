@@ -12,7 +12,8 @@
    than the busiest recent interval shows, since the window may predate replicas now
    ready), or the remembered peak (the busiest scrape interval, held spec.peak_memory_s then
    fading; once bursts recur, the busiest lower burst since then takes over when the peak
-   has faded below it) x the burst factor (learned from SLO breaches at a load the replicas
+   has faded below it; a level, near its peak with no burst in the window for LEVEL_S, is
+   not held once it falls) x the burst factor (learned from SLO breaches at a load the replicas
    were sized for, relaxed when a load near the peak passes well within the SLO); with
    spec.forecast, floored by a trend. After a start, the settle clock runs from the first
    tick with every replica ready; a rising refused rate is believed before the p99 summary
@@ -72,6 +73,7 @@ RELAX_BELOW = 0.5  # ... when p99 stays under this share of the SLO
 REFUSED_BREACH = 0.005  # refusing more than this share of arrivals breaks the SLO too
 SHORT_MEMORY_S = 240.0  # how long a peak that never came back holds its replicas
 QUIET_SHARE = 0.5  # load below this share of the remembered peak is a quiet spell
+LEVEL_S = 240.0  # a load this long near its peak, with no burst in the window, is a level
 DEFAULT_STARTUP_S = 30.0  # replicas' startup until one has been seen
 P99_WINDOW_S = 60.0  # Triton's p99 summary still shows the past this long after a change or a fall
 DELAY_CEILING_S = 900.0  # how long a raise that broke the target bars that delay again
@@ -449,8 +451,25 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # While a backlog drains the served rate overstates arrivals: no peak is learned then.
     peak_now = arrivals if draining else max(arrivals, obs.peak_rps or 0.0)
     # The memory is long only for bursts that came back: a one-off rise (a step, a ramp)
-    # is held SHORT_MEMORY_S, then fades as long again.
+    # is held SHORT_MEMORY_S, then fades as long again. A level is not held at all: a load
+    # that has stayed near its peak for LEVEL_S, its window's mean near its busiest interval,
+    # is a level, and when it falls its replicas follow it down through the scale-down
+    # window (diurnal traffic: the memory held a falling load's replicas 4-6 minutes, 15-20%
+    # of the GPU-seconds). A level ends only with a burst in the window (its mean well under
+    # its busiest interval), so the fall itself (the window's mean lagging the load) does
+    # not make the fall a peak to hold; a quiet spell under a held burst never becomes one.
+    calm = peak_now > 0 and arrivals >= TESTED_SHARE * peak_now
+    near = peak_now >= TESTED_SHARE * state.peak_rps
+    since = state.level_since_s
+    level_since = None
+    if calm and since is not None and (near or t - since >= LEVEL_S):
+        level_since = since
+    elif calm and near:
+        level_since = t
+    level = level_since is not None and t - level_since >= LEVEL_S
     memory = spec.peak_memory_s if state.bursts_recur else min(spec.peak_memory_s, SHORT_MEMORY_S)
+    if level:
+        memory = 0.0
     remembered_before, (peak, peak_at), (next_peak, next_at) = _remember(state, t, memory, peak_now)
     # Is this a burst that came back? The last burst is kept apart from the remembered peak
     # (which fades): a peak near it after a quiet spell, within twice the long memory.
@@ -710,6 +729,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         last_burst_s=seen_at,
         quiet_since_peak=quiet,
         bursts_recur=recur,
+        level_since_s=level_since,
         burst_factor=burst,
         burst_learned_s=burst_learned_s,
         startup_s=_learn_startup(state, obs, t),

@@ -145,6 +145,9 @@ class TuningState:
     last_burst_s: float | None = None
     quiet_since_peak: bool = False
     bursts_recur: bool = False
+    # Since when the load has been a level (near its peak, no burst inside the rate window):
+    # after LEVEL_S of it, a fall is a change of level and the peak is not held.
+    level_since_s: float | None = None
     burst_learned_s: float | None = None
     # How long a new replica took to become ready (learned; the forecast looks this far).
     startup_s: float | None = None
