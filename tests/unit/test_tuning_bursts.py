@@ -351,3 +351,22 @@ def test_a_burst_in_the_window_ends_a_level_and_its_peak_is_held() -> None:
     burst = decs[level_ticks]
     assert burst.state.level_since_s is None and burst.state.peak_rps == 3000.0
     assert min(d.replicas for d in decs[level_ticks:]) == burst.replicas > decs[0].replicas
+
+
+def test_triton_p99_after_a_fast_scale_up_is_believed_a_window_after_the_pods_were_seen() -> None:
+    """cpu-demo step (pods ready in 5 s, ticks 15 s apart): no tick saw the new pods start,
+    so the settle clock ran from the scale-up; a window later Triton's p99 summary still held
+    the queue that built before them and drained once they were ready (32.5 ms there, 13 ms
+    a tick later), and read as a breach at a load sized for: burst factor up, a 4th pod, the
+    model's correction 0.84 -> 1.15. The clock runs from the first tick that sees them."""
+    state = replace(_sized(2500.0), last_rps=2500.0, last_scale_up_s=0.0)
+    ticks = [30.0 * k for k in range(1, int(P99_WINDOW_S // 30.0) + 3)]
+    decs = []
+    for t in ticks:
+        dec = decide(obs(t, 2500.0, 2, peak=2500.0, p99=90.0), SPEC, state)
+        state = dec.state
+        decs.append(dec)
+    assert decs[0].state.ready_at_s == 30.0
+    window = int(P99_WINDOW_S // 30.0)  # the tick P99_WINDOW_S after the scale-up
+    assert all(d.state.burst_factor == 1.0 and d.replicas == 2 for d in decs[:window])
+    assert decs[window].state.burst_factor > 1.0  # a window after the first ready tick

@@ -16,8 +16,8 @@
    not held once it falls) x the burst factor (learned from SLO breaches at a load the replicas
    were sized for, relaxed when a load near the peak passes well within the SLO); with
    spec.forecast, floored by a trend. After a start, the settle clock runs from the first
-   tick with every replica ready; a rising refused rate is believed before the p99 summary
-   has caught up.
+   tick with every replica ready (also after a scale-up no tick saw starting); a rising
+   refused rate is believed before the p99 summary has caught up.
 4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
    at demand plus HEADROOM, counting replicas still starting, within [min, max] and what the
    cluster can schedule. Up at once (several if needed); down only to the highest
@@ -737,11 +737,14 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         delay_raised_from_us=raised_from,
         delay_ceiling=ceiling,
         last_starting_s=t if starting > 0 else state.last_starting_s,
+        # The first tick that sees every replica ready after some were starting, or after a
+        # scale-up whose pods were ready before a tick saw them start (a queue built before
+        # them drains only then, and Triton's p99 summary shows it for a window more).
         ready_at_s=(
             t
             if starting == 0
-            and state.last_starting_s is not None
-            and state.last_starting_s == state.last_time_s
+            and state.last_time_s is not None
+            and state.last_time_s in (state.last_starting_s, state.last_scale_up_s)
             else state.ready_at_s
         ),
         slo_breaches=breaches,
