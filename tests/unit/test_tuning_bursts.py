@@ -370,3 +370,16 @@ def test_triton_p99_after_a_fast_scale_up_is_believed_a_window_after_the_pods_we
     window = int(P99_WINDOW_S // 30.0)  # the tick P99_WINDOW_S after the scale-up
     assert all(d.state.burst_factor == 1.0 and d.replicas == 2 for d in decs[:window])
     assert decs[window].state.burst_factor > 1.0  # a window after the first ready tick
+
+
+def test_a_breach_during_a_level_still_raises_the_burst_factor() -> None:
+    """A level keeps only the last tick's peak, not none: the burst factor learns from a
+    breach at the load it was sized for, so a forced scale-up is not given back by the
+    model a window later (with no peak at all it could not, and the count would flap)."""
+    level_ticks = int(LEVEL_S // SPEC.interval_s) + 2
+    decs = decisions([(1000.0, 1000.0)] * level_ticks)
+    state, n = decs[-1].state, decs[-1].replicas
+    assert state.level_since_s == 0.0
+    hot = decide(obs(level_ticks * SPEC.interval_s, 1000.0, n, peak=1000.0, p99=90.0), SPEC,
+                 state)
+    assert hot.state.burst_factor > 1.0 and hot.replicas > n

@@ -454,10 +454,11 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # is held SHORT_MEMORY_S, then fades as long again. A level is not held at all: a load
     # that has stayed near its peak for LEVEL_S, its window's mean near its busiest interval,
     # is a level, and when it falls its replicas follow it down through the scale-down
-    # window (diurnal traffic: the memory held a falling load's replicas 4-6 minutes, 15-20%
-    # of the GPU-seconds). A level ends only with a burst in the window (its mean well under
-    # its busiest interval), so the fall itself (the window's mean lagging the load) does
-    # not make the fall a peak to hold; a quiet spell under a held burst never becomes one.
+    # window (diurnal traffic: the memory held a falling load's replicas minutes after it
+    # no longer needed them, 4-6% of the GPU-seconds). A level ends only with a burst in
+    # the window (its mean well under its busiest interval), so the fall itself (the
+    # window's mean lagging the load) does not make the fall a peak to hold; a quiet spell
+    # under a held burst is never near it, so it never becomes one.
     calm = peak_now > 0 and arrivals >= TESTED_SHARE * peak_now
     near = peak_now >= TESTED_SHARE * state.peak_rps
     since = state.level_since_s
@@ -468,8 +469,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         level_since = t
     level = level_since is not None and t - level_since >= LEVEL_S
     memory = spec.peak_memory_s if state.bursts_recur else min(spec.peak_memory_s, SHORT_MEMORY_S)
-    if level:
-        memory = 0.0
+    if level:  # the last tick's peak only: the burst factor still learns what it was sized for
+        memory = min(memory, spec.interval_s)
     remembered_before, (peak, peak_at), (next_peak, next_at) = _remember(state, t, memory, peak_now)
     # Is this a burst that came back? The last burst is kept apart from the remembered peak
     # (which fades): a peak near it after a quiet spell, within twice the long memory.
