@@ -727,7 +727,9 @@ class AutotuneSpec(APIModel):
         ge=0,
         le=3600,
         description="Replicas stay sized for the highest short-window arrival rate seen "
-        "this many seconds; then that peak fades linearly over as long again.",
+        "this many seconds; then that peak fades linearly over as long again. The full "
+        "memory is for bursts that recur: a one-off rise is held at most 240 s, and a "
+        "level (a load near its peak for 240 s with no burst) not at all once it falls.",
     )
     forecast: bool = Field(
         default=False,
