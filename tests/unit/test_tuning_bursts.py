@@ -26,6 +26,7 @@ CPU_DEMO = ((1, 4.0), (4, 5.0), (8, 6.0), (16, 8.0), (32, 12.0))
 SPEC = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=16, min_delay_us=0,
                   max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO, interval_s=30.0,
                   scale_down_window_s=60.0, peak_memory_s=300.0)
+LEVEL_TICKS = int(LEVEL_S // SPEC.interval_s) + 2  # a load held this long is a level
 
 
 def obs(t: float, rps: float, replicas: int, *, peak: float | None = None,
@@ -317,14 +318,13 @@ def test_a_level_that_falls_is_given_back_through_the_window_not_held() -> None:
     mean lagging the load, as Prometheus reads it) its replicas go through the scale-down
     window, where a rise as high but shorter is held for SHORT_MEMORY_S."""
     fall = [(2000.0, 300.0), (1000.0, 300.0)] + [(300.0, 300.0)] * 20
-    level_ticks = int(LEVEL_S // SPEC.interval_s) + 2
-    level = run([(3000.0, 3000.0)] * level_ticks + fall)
+    level = run([(3000.0, 3000.0)] * LEVEL_TICKS + fall)
     short = run([(3000.0, 3000.0)] * 3 + fall)
     base = run([(300.0, 300.0)] * 4)[-1]
     window_ticks = int(SPEC.scale_down_window_s // SPEC.interval_s)
     after = 2 + window_ticks + 1  # the lagging fall, the window, one tick to act
-    assert level[level_ticks - 1] == short[2] > base
-    assert level[level_ticks + after] == base
+    assert level[LEVEL_TICKS - 1] == short[2] > base
+    assert level[LEVEL_TICKS + after] == base
     assert short[3 + after] > base  # the one-off rise is still held there
     assert min(short[3: 3 + int(SHORT_MEMORY_S // SPEC.interval_s)]) == short[2]
 
@@ -333,8 +333,7 @@ def test_a_quiet_spell_under_a_held_burst_is_never_a_level() -> None:
     """bursty: bursts some 5 minutes apart. The quiet between them is calm, but far under the
     burst held: it does not become a level, so the burst's replicas stay for the next."""
     spec = replace(SPEC, peak_memory_s=600.0)
-    quiet_ticks = int(LEVEL_S // spec.interval_s) + 2
-    cycle = [(3000.0, 3000.0)] * 2 + [(300.0, 300.0)] * quiet_ticks
+    cycle = [(3000.0, 3000.0)] * 2 + [(300.0, 300.0)] * LEVEL_TICKS
     points = cycle * 3
     decs = decisions(points, spec)
     base = run([(300.0, 300.0)] * 4, spec)[-1]
@@ -344,13 +343,12 @@ def test_a_quiet_spell_under_a_held_burst_is_never_a_level() -> None:
 
 
 def test_a_burst_in_the_window_ends_a_level_and_its_peak_is_held() -> None:
-    level_ticks = int(LEVEL_S // SPEC.interval_s) + 2
-    steady = [(1000.0, 1000.0)] * level_ticks
+    steady = [(1000.0, 1000.0)] * LEVEL_TICKS
     decs = decisions(steady + [(1200.0, 3000.0)] + [(1000.0, 1000.0)] * 4)
-    assert decs[level_ticks - 1].state.level_since_s == 0.0  # a level
-    burst = decs[level_ticks]
+    assert decs[LEVEL_TICKS - 1].state.level_since_s == 0.0  # a level
+    burst = decs[LEVEL_TICKS]
     assert burst.state.level_since_s is None and burst.state.peak_rps == 3000.0
-    assert min(d.replicas for d in decs[level_ticks:]) == burst.replicas > decs[0].replicas
+    assert min(d.replicas for d in decs[LEVEL_TICKS:]) == burst.replicas > decs[0].replicas
 
 
 def test_triton_p99_after_a_fast_scale_up_is_believed_a_window_after_the_pods_were_seen() -> None:
@@ -376,10 +374,9 @@ def test_a_breach_during_a_level_still_raises_the_burst_factor() -> None:
     """A level keeps only the last tick's peak, not none: the burst factor learns from a
     breach at the load it was sized for, so a forced scale-up is not given back by the
     model a window later (with no peak at all it could not, and the count would flap)."""
-    level_ticks = int(LEVEL_S // SPEC.interval_s) + 2
-    decs = decisions([(1000.0, 1000.0)] * level_ticks)
+    decs = decisions([(1000.0, 1000.0)] * LEVEL_TICKS)
     state, n = decs[-1].state, decs[-1].replicas
     assert state.level_since_s == 0.0
-    hot = decide(obs(level_ticks * SPEC.interval_s, 1000.0, n, peak=1000.0, p99=90.0), SPEC,
+    hot = decide(obs(LEVEL_TICKS * SPEC.interval_s, 1000.0, n, peak=1000.0, p99=90.0), SPEC,
                  state)
     assert hot.state.burst_factor > 1.0 and hot.replicas > n

@@ -270,6 +270,25 @@ def _remember(
     return before, peak, after
 
 
+def _level_since(state: TuningState, t: float, peak_now: float, arrivals: float) -> float | None:
+    """Since when the load has been a level (None: it is not one). After LEVEL_S of it, a
+    fall is a change of level, not the end of a burst: its replicas follow the load down
+    through the scale-down window instead of being held for the peak memory (diurnal: the
+    memory held a falling load's replicas minutes after it no longer needed them, 4-6% of
+    the GPU-seconds).
+
+    Near the peak kept (>= TESTED_SHARE) with the window's mean near its busiest interval
+    (no burst in it). An established level ends only with a burst in the window, not with
+    the fall (the window's mean lags a fall and would be remembered as a peak); a quiet
+    spell under a held burst is never near it, so it never becomes one."""
+    calm = peak_now > 0 and arrivals >= TESTED_SHARE * peak_now
+    near = peak_now >= TESTED_SHARE * state.peak_rps
+    since = state.level_since_s
+    if calm and since is not None and (near or t - since >= LEVEL_S):
+        return since
+    return t if calm and near else None
+
+
 def _learn_burst(
     state: TuningState,
     spec: TuningSpec,
@@ -451,25 +470,11 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # While a backlog drains the served rate overstates arrivals: no peak is learned then.
     peak_now = arrivals if draining else max(arrivals, obs.peak_rps or 0.0)
     # The memory is long only for bursts that came back: a one-off rise (a step, a ramp)
-    # is held SHORT_MEMORY_S, then fades as long again. A level is not held at all: a load
-    # that has stayed near its peak for LEVEL_S, its window's mean near its busiest interval,
-    # is a level, and when it falls its replicas follow it down through the scale-down
-    # window (diurnal traffic: the memory held a falling load's replicas minutes after it
-    # no longer needed them, 4-6% of the GPU-seconds). A level ends only with a burst in
-    # the window (its mean well under its busiest interval), so the fall itself (the
-    # window's mean lagging the load) does not make the fall a peak to hold; a quiet spell
-    # under a held burst is never near it, so it never becomes one.
-    calm = peak_now > 0 and arrivals >= TESTED_SHARE * peak_now
-    near = peak_now >= TESTED_SHARE * state.peak_rps
-    since = state.level_since_s
-    level_since = None
-    if calm and since is not None and (near or t - since >= LEVEL_S):
-        level_since = since
-    elif calm and near:
-        level_since = t
-    level = level_since is not None and t - level_since >= LEVEL_S
+    # is held SHORT_MEMORY_S, then fades as long again; a level only a tick (_level_since).
+    level_since = _level_since(state, t, peak_now, arrivals)
     memory = spec.peak_memory_s if state.bursts_recur else min(spec.peak_memory_s, SHORT_MEMORY_S)
-    if level:  # the last tick's peak only: the burst factor still learns what it was sized for
+    if level_since is not None and t - level_since >= LEVEL_S:
+        # the last tick's peak only: the burst factor still learns what it was sized for
         memory = min(memory, spec.interval_s)
     remembered_before, (peak, peak_at), (next_peak, next_at) = _remember(state, t, memory, peak_now)
     # Is this a burst that came back? The last burst is kept apart from the remembered peak
