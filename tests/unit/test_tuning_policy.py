@@ -18,6 +18,7 @@ from batchop.tuning import curve
 from batchop.tuning.model import predict
 from batchop.tuning.policy import (
     DELAY_CEILING_S,
+    LEVEL_S,
     P99_WINDOW_S,
     STABILISATION_S,
     STALE_INTERVALS,
@@ -211,7 +212,8 @@ def test_no_oscillation_on_steady_load(loop, rps: float, replicas: int, delay: i
     spec, pts = loop
     delay = min(delay, spec.max_delay_us)
     replicas = min(replicas, spec.max_replicas)
-    ticks = int(2 * STABILISATION_S / spec.interval_s) + 10
+    # a steady load becomes a level after LEVEL_S, and may give back one more replica then
+    ticks = int((LEVEL_S + 2 * STABILISATION_S) / spec.interval_s) + 10
     history = _run(spec, pts, [rps] * ticks, replicas, delay)
     settled = history[-8:]
     assert all(dec.kind == "hold" and not dec.changes(obs) for obs, dec in settled), [

@@ -22,10 +22,11 @@
    at demand plus HEADROOM, counting replicas still starting, within [min, max] and what the
    cluster can schedule. Up at once (several if needed); down only to the highest
    recommendation of the scale-down window, only when the lower count also passes with
-   DOWN_HEADROOM more (hysteresis), and never while the observed p99 breaks the SLO. An
-   observed p99 over the SLO on two settled ticks forces a scale-up even when the model
-   disagrees, unless the delay explains it, a past backlog is draining, or a change or a fall
-   in load happened within P99_WINDOW_S (Triton's p99 summary then still shows the past).
+   DOWN_HEADROOM more (hysteresis; LEVEL_DOWN_HEADROOM at a level), and never while the
+   observed p99 breaks the SLO. An observed p99 over the SLO on two settled ticks forces a
+   scale-up even when the model disagrees, unless the delay explains it, a past backlog is
+   draining, or a change or a fall in load happened within P99_WINDOW_S (Triton's p99
+   summary then still shows the past).
 5. Delay: the one that spends the least GPU time per inference while the predicted p99 keeps
    the margin, the smallest among near-equals (near capacity the delay buys nothing). Cut at
    once; raised only to the least delay recommended over DELAY_UP_WINDOW_S, with the wider
@@ -53,6 +54,7 @@ from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 MARGIN = 0.85  # plan for p99 <= MARGIN x SLO
 HEADROOM = 0.10  # plan for this much more load than observed
 DOWN_HEADROOM = 0.15  # a lower replica count must also pass with this much more on top
+LEVEL_DOWN_HEADROOM = 0.05  # ... at a level, whose rate moves by a few percent, not by bursts
 STALE_INTERVALS = 2.5  # samples older than this many intervals are stale
 SETTLE_INTERVALS = 3  # after a change, windowed rates and p99 mix old and new this long
 STABILISATION_S = 60.0  # default scale-down window (TuningSpec.scale_down_window_s)
@@ -473,7 +475,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # is held SHORT_MEMORY_S, then fades as long again; a level only a tick (_level_since).
     level_since = _level_since(state, t, peak_now, arrivals)
     memory = spec.peak_memory_s if state.bursts_recur else min(spec.peak_memory_s, SHORT_MEMORY_S)
-    if level_since is not None and t - level_since >= LEVEL_S:
+    at_level = level_since is not None and t - level_since >= LEVEL_S
+    if at_level:
         # the last tick's peak only: the burst factor still learns what it was sized for
         memory = min(memory, spec.interval_s)
     remembered_before, (peak, peak_at), (next_peak, next_at) = _remember(state, t, memory, peak_now)
@@ -539,8 +542,9 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         # Replicas are sized at the delay best for latency (the smallest one, when tuned).
         lat_delay = spec.min_delay_us if spec.tune_delay else obs.delay_us
         need_up = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, lat_delay)
+        down_headroom = LEVEL_DOWN_HEADROOM if at_level else DOWN_HEADROOM
         need_down = model.replicas_for(
-            plan_rps * (1 + DOWN_HEADROOM), spec.min_replicas, spec.max_replicas, lat_delay
+            plan_rps * (1 + down_headroom), spec.min_replicas, spec.max_replicas, lat_delay
         )
         rec = max(need_up, min(max(cur_n, spec.min_replicas), need_down))
         why_r = (
