@@ -317,6 +317,7 @@ def run(args: argparse.Namespace) -> int:
     }
     rules = one_rule(finished)
     lost = lost_windows(finished)
+    reached = reach(finished)
     (out / "bench.json").write_text(
         json.dumps(
             {
@@ -325,6 +326,7 @@ def run(args: argparse.Namespace) -> int:
                 "batchop": summaries,
                 "one_rule": rules,
                 "lost_windows": lost,
+                "reach": reached,
             },
             indent=1,
         )
@@ -334,17 +336,20 @@ def run(args: argparse.Namespace) -> int:
     lines = ratio_lines(summaries)
     rule_lines = one_rule_lines(rules)
     lost_lines = lost_window_lines(lost)
+    reach_text = reach_lines(reached)
     (out / "bench.md").write_text(
         f"# batchop bench\n\n{provenance.markdown()}\n{table}\n## batchop vs the baselines\n\n"
         + "".join(f"- {line}\n" for line in lines)
         + TARGETS_LEGEND
+        + REACH_HEAD
+        + "".join(f"- {line}\n" for line in reach_text)
         + ONE_RULE_HEAD
         + "".join(f"- {line}\n" for line in rule_lines)
         + LOST_HEAD
         + "".join(f"- {line}\n" for line in lost_lines)
     )
     print(table)
-    print("\n".join(lines + rule_lines + lost_lines))
+    print("\n".join(lines + reach_text + rule_lines + lost_lines))
     print(f"wrote {out / 'bench.md'} and {out / 'bench.json'}", file=sys.stderr)
     return 0
 
@@ -421,12 +426,11 @@ def targets(
 ) -> dict[str, bool | None]:
     """Issue 10's targets for batchop on one case (None: the reference did not run)."""
     win = ours["window_attainment"]
-    out: dict[str, bool | None] = {"request_attainment": ours["slo_attainment"] >= 0.99}
+    out: dict[str, bool | None] = {
+        "request_attainment": ours["slo_attainment"] >= TARGET_ATTAINMENT
+    }
     if oracle and "window_attainment" in oracle:
-        need = oracle["window_attainment"]
-        if need >= TARGET_ATTAINMENT:
-            need = max(need, TARGET_ATTAINMENT)
-        out["window_attainment"] = win >= need - 1e-12
+        out["window_attainment"] = win >= window_need(oracle) - 1e-12
         out["x_oracle"] = summary["x_oracle"] <= TARGET_X_ORACLE
     else:
         out["window_attainment"] = out["x_oracle"] = None
@@ -437,6 +441,105 @@ def targets(
     else:
         out["x_best_hpa"] = None
     return out
+
+
+def window_need(oracle: dict[str, Any]) -> float:
+    """The window attainment the target asks for: the oracle's, and 0.99 where it reaches it."""
+    need = float(oracle["window_attainment"])
+    return max(need, TARGET_ATTAINMENT) if need >= TARGET_ATTAINMENT else need
+
+
+def holds_slo_targets(row: dict[str, Any], oracle: dict[str, Any]) -> bool:
+    """Both attainment targets: window attainment at the need, requests at 0.99."""
+    return (
+        row["window_attainment"] >= window_need(oracle) - 1e-12
+        and row["slo_attainment"] >= TARGET_ATTAINMENT
+    )
+
+
+def reach(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the targets ask of a policy that does not see ahead, per case: the cheapest run in
+    the bench other than the oracle that meets both attainment targets (GPU-s over the
+    oracle's), and the oracle's own GPU-s over the best-tuned hpa/keda at its attainment.
+    Where the first is over 1.15x, no policy here holds the SLO that well for that little;
+    where the second is over 0.8x, not even foresight meets the hpa target."""
+    cases: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if "gpu_seconds" in r:
+            cases.setdefault((r["profile_name"], r["trace_name"]), []).append(r)
+    out = []
+    for (profile, trace), case in cases.items():
+        oracle = next((r for r in case if r["policy"] == "oracle"), None)
+        if oracle is None or not oracle["gpu_seconds"]:
+            continue
+        holding = sorted(
+            (r for r in case if r["policy"] != "oracle" and holds_slo_targets(r, oracle)),
+            key=lambda r: r["gpu_seconds"],
+        )
+        cheapest = holding[0] if holding else None
+        ours = next((r for r in case if r["policy"] == "batchop"), None)
+        best = best_hpa([r for r in case if r["policy"] == "hpa"], oracle)
+        out.append(
+            {
+                "profile": profile,
+                "trace": trace,
+                "window_need": window_need(oracle),
+                "cheapest_holding": cheapest["label"] if cheapest else None,
+                "cheapest_x_oracle": _ratio(cheapest, oracle),
+                "batchop_holds": ours is not None and holds_slo_targets(ours, oracle),
+                "oracle_x_best_hpa": _ratio(oracle, best),
+                "oracle_best_hpa": best["label"] if best else None,
+            }
+        )
+    return {
+        "cases": out,
+        "within_x_oracle": sum(
+            c["cheapest_x_oracle"] is not None and c["cheapest_x_oracle"] <= TARGET_X_ORACLE
+            for c in out
+        ),
+        "oracle_within_x_hpa": sum(
+            c["oracle_x_best_hpa"] is not None and c["oracle_x_best_hpa"] <= TARGET_X_HPA
+            for c in out
+        ),
+    }
+
+
+REACH_HEAD = (
+    "\n## What the targets ask of a policy without foresight\n\n"
+    "Per case, the cheapest run above other than the oracle (batchop, every hpa/keda "
+    "fraction, hpa-queue, aimd, nobatch, static-peak, the reactive oracle) whose window and "
+    "request attainment both meet the targets, and its GPU-s over the oracle's (target: "
+    "1.15x); then the oracle's own GPU-s over the best-tuned hpa/keda at the oracle's "
+    "attainment (target for batchop: 0.8x).\n\n"
+)
+
+
+def reach_lines(got: dict[str, Any]) -> list[str]:
+    """One plain line per case (see `reach`), then one for all cases."""
+    lines = []
+    for c in got["cases"]:
+        held = (
+            f"cheapest holding both attainment targets (window >= {c['window_need']:.3f}, "
+            f"requests >= {TARGET_ATTAINMENT}): "
+            + (
+                f"{c['cheapest_holding']} at {_x(c['cheapest_x_oracle'])} the oracle"
+                if c["cheapest_holding"]
+                else "none"
+            )
+        )
+        lines.append(
+            f"{c['profile']} {c['trace']}: {held}; batchop "
+            f"{'holds them' if c['batchop_holds'] else 'does not'}; the oracle is "
+            f"{_x(c['oracle_x_best_hpa'])} the best-tuned hpa/keda ({c['oracle_best_hpa']})"
+        )
+    n = len(got["cases"])
+    lines.append(
+        f"all cases: a run without foresight holds both attainment targets within "
+        f"{TARGET_X_ORACLE}x the oracle's GPU-s on {got['within_x_oracle']} of {n}; the "
+        f"oracle itself is within {TARGET_X_HPA}x the best-tuned hpa/keda on "
+        f"{got['oracle_within_x_hpa']} of {n}"
+    )
+    return lines
 
 
 ONE_RULE_HEAD = (
