@@ -358,32 +358,33 @@ def stale_after_s(spec: TuningSpec) -> float:
     return STALE_INTERVALS * max(spec.interval_s, spec.scrape_interval_s)
 
 
-def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
-    """The replicas and delay to run next, with the reason; see the module docstring."""
-    spec = _effective(spec)
-    missing = _missing(obs)
-    if obs.rps is not None and obs.rps == 0 and "rps" not in missing:
-        missing = []  # no traffic: there is no batch or latency to report, and none is needed
-    if missing:
-        return _hold(obs, spec, state, f"holding: metrics missing ({', '.join(missing)})")
-    stale_after = stale_after_s(spec)
-    if obs.age_s > stale_after:
-        return _hold(
-            obs,
-            spec,
-            state,
-            f"holding: metrics stale ({obs.age_s:.0f} s old > {stale_after:.0f} s)",
-        )
-    assert obs.rps is not None  # for the type checker
+@dataclass(frozen=True)
+class _Reading:
+    """Step 2's reading of one observation against the state: what it can be trusted for."""
+
+    t: float
+    rps: float
+    p99_ms: float  # Triton's p99 (0 when it has none)
+    ready: int
+    starting: int
+    growth: float  # how fast the queue grew: arrivals beyond what was served (req/s)
+    settled: bool  # nothing changed or started for SETTLE_INTERVALS
+    p99_current: bool  # Triton's p99 summary shows the present (see below)
+    last_fall_s: float | None  # the last tick whose request rate fell
+    breaches: int  # consecutive settled ticks with a current p99 over the SLO
+    steady: bool  # settled, with rate and queue steady: a state the model may learn from
+
+
+def _read(obs: Observation, spec: TuningSpec, state: TuningState) -> _Reading:
+    """Step 2: is this a steady state? Rates and p99 are windowed: after a change (or while
+    replicas start) they mix old and new, and only a steady state teaches anything."""
+    assert obs.rps is not None  # decide holds on a missing rate
     t = obs.time_s
     rps = max(0.0, obs.rps)
     p99_obs = obs.p99_ms if obs.p99_ms is not None else 0.0
     ready = max(0, obs.ready_replicas)
     starting = obs.starting_replicas
     dt = t - state.last_time_s if state.last_time_s is not None else 0.0
-
-    # 2. Is this a steady state? Rates and p99 are windowed: after a change (or while
-    # replicas start) they mix old and new, and only a steady state teaches anything.
     settled_since = max(
         (
             x
@@ -420,11 +421,33 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         and abs(rps - state.last_rps) <= STEADY_RATE_CHANGE * rps
         and abs(growth) <= STEADY_RATE_CHANGE * rps
     )
+    return _Reading(t, rps, p99_obs, ready, starting, growth, settled, p99_current,
+                    last_fall_s, breaches, steady)
 
-    # Learn the curve (pods running different batch sizes would bias the aggregate point),
-    # then the model's correction at the running configuration.
+
+def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
+    """The replicas and delay to run next, with the reason; see the module docstring."""
+    spec = _effective(spec)
+    missing = _missing(obs)
+    if obs.rps is not None and obs.rps == 0 and "rps" not in missing:
+        missing = []  # no traffic: there is no batch or latency to report, and none is needed
+    if missing:
+        return _hold(obs, spec, state, f"holding: metrics missing ({', '.join(missing)})")
+    stale_after = stale_after_s(spec)
+    if obs.age_s > stale_after:
+        return _hold(
+            obs,
+            spec,
+            state,
+            f"holding: metrics stale ({obs.age_s:.0f} s old > {stale_after:.0f} s)",
+        )
+    now = _read(obs, spec, state)
+    t, rps, p99_obs = now.t, now.rps, now.p99_ms
+
+    # 2. Learn the curve (pods running different batch sizes would bias the aggregate
+    # point), then the model's correction at the running configuration.
     buckets = state.curve
-    if steady and obs.avg_batch is not None and obs.compute_ms is not None:
+    if now.steady and obs.avg_batch is not None and obs.compute_ms is not None:
         buckets = curve_mod.update(buckets, obs.avg_batch, obs.compute_ms)
     latency = _latency(spec, buckets)
     if latency is None:  # no prior and no steady state seen yet
@@ -439,18 +462,111 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # learned from it turns optimistic just as replicas are needed (bert-base-like diurnal at
     # 15 s ticks: 0.92 -> 0.81 on the ramp, the scale-up 45 s late, a window lost).
     rising_load = state.last_rps is not None and rps > (1 + RISING) * state.last_rps
-    if steady and p99_current and not rising_load:
-        pred = predict(rps / ready, obs.delay_us, spec.max_batch_size, latency)
+    if now.steady and now.p99_current and not rising_load:
+        pred = predict(rps / now.ready, obs.delay_us, spec.max_batch_size, latency)
         ratio = p99_obs / pred.p99_ms if pred.stable else math.inf
         if CORRECTION_BOUNDS[0] / 2 <= ratio <= CORRECTION_BOUNDS[1] * 2:
             correction = (1 - CORRECTION_ALPHA) * correction + CORRECTION_ALPHA * ratio
             correction = min(CORRECTION_BOUNDS[1], max(CORRECTION_BOUNDS[0], correction))
     model = _Model(spec, latency, correction)
 
-    # 3. Demand: what arrives (served + refused + the queue's growth), and the peaks the rate
-    # window averages away. A burst's peak is remembered for spec.peak_memory_s, so replicas
-    # are held between bursts, then fades; the burst factor covers what even a scrape
-    # interval averages away, learned from the SLO breaches the remembered peak let through.
+    # 3. Demand, and what it remembers of peaks and bursts.
+    demand, learned = _demand(obs, spec, state, model, now)
+
+    # 4. Replicas.
+    scaled = _choose_replicas(obs, spec, state, model, now, demand)
+    cur_n, replicas = obs.replicas, scaled.replicas
+    kind_r, why_r = scaled.kind, scaled.why
+    notes = list(scaled.notes)
+
+    # 5. Delay, for the replicas that will serve (the fewer of ready and desired).
+    serving = max(1, min(replicas, now.ready) if now.ready > 0 else replicas)
+    chosen = _choose_delay(obs, spec, state, model, now, rate=demand.plan_rps / serving)
+    delay, kind_d, why_d = chosen.delay_us, chosen.kind, chosen.why
+    notes.extend(chosen.notes)
+
+    final = model.at(demand.plan_rps / max(1, replicas), delay)
+    new_state = replace(
+        learned,
+        curve=buckets,
+        recommendations=scaled.recommendations,
+        p99_correction=correction,
+        last_time_s=t,
+        last_pending=obs.pending,
+        last_rps=rps,
+        startup_s=_learn_startup(state, obs, t),
+        delay_recommendations=chosen.recommendations,
+        delay_raised_from_us=chosen.raised_from_us,
+        delay_ceiling=chosen.ceiling,
+        last_starting_s=t if now.starting > 0 else state.last_starting_s,
+        # The first tick that sees every replica ready after some were starting, or after a
+        # scale-up whose pods were ready before a tick saw them start (a queue built before
+        # them drains only then, and Triton's p99 summary shows it for a window more).
+        ready_at_s=(
+            t
+            if now.starting == 0
+            and state.last_time_s is not None
+            and state.last_time_s in (state.last_starting_s, state.last_scale_up_s)
+            else state.ready_at_s
+        ),
+        slo_breaches=now.breaches,
+        last_rate_fall_s=now.last_fall_s,
+        last_scale_up_s=t if kind_r == "scale-up" else state.last_scale_up_s,
+        last_scale_down_s=t if kind_r == "scale-down" else state.last_scale_down_s,
+        last_delay_change_s=t if kind_d else state.last_delay_change_s,
+    )
+    parts = []
+    if kind_r:
+        # A scale-up's reason predicts at the running count; say what the new count expects.
+        then = (
+            f" (then {_fmt_ms(_p99(final, correction))} ms predicted)"
+            if kind_r == "scale-up"
+            else ""
+        )
+        parts.append(f"{why_r}: {cur_n} → {_replicas(replicas)}{then}")
+    if kind_d:
+        parts.append(why_d)
+    if not parts:
+        parts.append(
+            f"steady: p99 {_fmt_ms(p99_obs)} ms (SLO {_fmt_ms(spec.slo_ms)} ms) at "
+            f"{_fmt_rate(rps)} rps on {cur_n} replicas, delay {obs.delay_us:,} us, "
+            f"batch {obs.avg_batch or 0:.1f}"
+        )
+    reason = "; ".join(parts + notes)
+    kind = "+".join(k for k in (kind_r, kind_d) if k) or "hold"
+    return Decision(
+        replicas=replicas,
+        delay_us=delay,
+        reason=reason,
+        state=new_state,
+        kind=kind,
+        predicted_p99_ms=_p99(final, correction),
+    )
+
+
+@dataclass(frozen=True)
+class _Demand:
+    """Step 3's outcome: the load to size for and what the later steps need to know of it."""
+
+    plan_rps: float  # the load to survive, plus HEADROOM
+    why: str
+    at_level: bool
+    rising: bool  # a new, higher peak or refusals: arrivals, not a backlog
+    draining: bool  # a backlog from the past is shrinking
+    delay_explains: bool  # the delay alone would explain the observed p99's excess
+    burst_note: str
+
+
+def _demand(
+    obs: Observation, spec: TuningSpec, state: TuningState, model: _Model, now: _Reading
+) -> tuple[_Demand, TuningState]:
+    """Step 3: demand, what arrives (served + refused + the queue's growth), and the peaks
+    the rate window averages away; with the state updated by what it remembers of them.
+
+    A burst's peak is remembered for spec.peak_memory_s, so replicas are held between
+    bursts, then fades; the burst factor covers what even a scrape interval averages away,
+    learned from the SLO breaches the remembered peak let through."""
+    t, rps, p99_obs, growth = now.t, now.rps, now.p99_ms, now.growth
     refused = max(0.0, obs.rejected_rps or 0.0)
     served = rps
     if obs.peak_rps is not None:
@@ -463,8 +579,8 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # Refusals are counters: rising, they are the present even while the p99 is not, once
     # the last scale-up's own refusals (the load it answered) have left the rate window.
     up_at = state.last_scale_up_s if state.last_scale_up_s is not None else -math.inf
-    refusals_current = p99_current or (
-        starting == 0
+    refusals_current = now.p99_current or (
+        now.starting == 0
         and t - up_at >= P99_WINDOW_S
         and refused > (1 + STEADY_RATE_CHANGE) * state.last_refused_rps
     )
@@ -499,7 +615,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         state,
         spec,
         t=t,
-        p99_ms=p99_obs if p99_current else 0.0,
+        p99_ms=p99_obs if now.p99_current else 0.0,
         explained=delay_explains,
         refused_share=refused / arrivals if arrivals > 0 and refusals_current else 0.0,
         sized_for=remembered_before * state.burst_factor,
@@ -525,211 +641,10 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         if expected is not None and expected > demand:
             demand = expected
             demand_why = f"trend: {_fmt_rate(expected)} rps expected in {ahead:.0f} s"
-    plan_rps = demand * (1 + HEADROOM)
-
-    # 4. Replicas.
-    cur_n = obs.replicas
-    replicas = cur_n
-    notes: list[str] = []
-    recs = state.recommendations
-    kind_r = ""
-    why_r = ""
-    if spec.tune_replicas:
-        hi = spec.max_replicas
-        if obs.schedulable_headroom is not None:
-            hi = min(hi, max(cur_n, spec.min_replicas) + max(0, obs.schedulable_headroom))
-        hi = max(hi, spec.min_replicas)
-        # Replicas are sized at the delay best for latency (the smallest one, when tuned).
-        lat_delay = spec.min_delay_us if spec.tune_delay else obs.delay_us
-        need_up = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, lat_delay)
-        down_headroom = LEVEL_DOWN_HEADROOM if at_level else DOWN_HEADROOM
-        need_down = model.replicas_for(
-            plan_rps * (1 + down_headroom), spec.min_replicas, spec.max_replicas, lat_delay
-        )
-        rec = max(need_up, min(max(cur_n, spec.min_replicas), need_down))
-        why_r = (
-            f"predicted p99 {_fmt_ms(model.p99(plan_rps / max(1, cur_n), obs.delay_us))} ms"
-            f" vs target {_fmt_ms(model.target)} ms at {_fmt_rate(plan_rps)} rps "
-            f"({demand_why} + {HEADROOM:.0%})"
-        )
-        # An observed p99 over the SLO on two settled ticks (once Triton's summary shows the
-        # present) scales up even when the model disagrees, HPA-like: in proportion to the
-        # excess, at most by half per tick; the burst factor (raised above) remembers it.
-        if breaches >= 2 and rps > 0 and not delay_explains and not draining and rec <= cur_n:
-            factor = min(BURST_STEP, p99_obs / spec.slo_ms)
-            forced = cur_n + max(1, math.ceil(cur_n * (factor - 1)))
-            if forced > rec:
-                rec = forced
-                why_r = (
-                    f"p99 {_fmt_ms(p99_obs)} ms > SLO {_fmt_ms(spec.slo_ms)} ms at "
-                    f"{_fmt_rate(rps)} rps"
-                )
-        # Just after a scale-up the windowed rate still holds the backlog the new replicas
-        # drained: wait for it to settle unless the queue is still growing.
-        up_since = max(state.last_scale_up_s or -math.inf, state.last_starting_s or -math.inf)
-        recent_up = t - up_since < SETTLE_INTERVALS * spec.interval_s
-        # A new, higher peak or refusals are arrivals, not a backlog: they do not wait.
-        rising = peak_now > remembered_before or refused > REFUSED_BREACH * arrivals
-        if rec > cur_n and recent_up and growth <= STEADY_RATE_CHANGE * rps and not rising:
-            notes.append(f"{rec} replicas suggested; waiting for the last scale-up to show")
-            rec = cur_n
-        if burst_note:
-            notes.append(burst_note)
-        # Fewer replicas only while the SLO holds: a model that sees room while the observed
-        # p99 breaks the SLO is wrong here (seen on a starved machine: 3 → 2 → 3 replicas).
-        if rec < cur_n and rps > 0 and p99_current and p99_obs > spec.slo_ms:
-            notes.append(f"{_replicas(rec)} would do by the model; no scale-down while p99 "
-                         f"{_fmt_ms(p99_obs)} ms > SLO {_fmt_ms(spec.slo_ms)} ms")
-            rec = cur_n
-        rec = min(max(rec, spec.min_replicas), spec.max_replicas)
-        if not recs:  # no history: the running count is the recommendation to wait out
-            recs = ((t, cur_n),)
-        recs = tuple((ts, n) for ts, n in recs if ts > t - spec.scale_down_window_s) + ((t, rec),)
-        if rec > cur_n:
-            replicas = min(rec, hi)
-            if replicas < rec:
-                notes.append(f"capacity limited: {rec} wanted, {replicas} schedulable")
-        else:
-            window_max = max(n for _, n in recs)
-            replicas = min(cur_n, max(rec, window_max))
-            if rec < cur_n and replicas == cur_n:
-                notes.append(
-                    f"{rec} replicas would do; scale-down waits for the "
-                    f"{spec.scale_down_window_s:.0f} s window"
-                )
-        replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
-        if obs.schedulable_headroom is not None and replicas > cur_n:
-            # minReplicas is the user's floor: it wins over what the cluster can schedule.
-            replicas = min(replicas, max(cur_n + max(0, obs.schedulable_headroom),
-                                         spec.min_replicas))
-        if replicas > cur_n:
-            kind_r = "scale-up"
-        elif replicas < cur_n:
-            kind_r = "scale-down"
-            why_r = (
-                f"load {_fmt_rate(rps)} rps fits {_replicas(replicas)} (predicted p99 "
-                f"{_fmt_ms(model.p99(plan_rps / max(1, replicas), obs.delay_us))} ms, target "
-                f"{_fmt_ms(model.target)} ms), the most recommended in the last "
-                f"{spec.scale_down_window_s:.0f} s"
-            )
-        if need_up >= spec.max_replicas and not model.fits(
-            plan_rps / spec.max_replicas, (lat_delay,)
-        ):
-            notes.append(f"SLO margin not reachable within maxReplicas {spec.max_replicas}")
-
-    # 5. Delay, for the replicas that will serve (the fewer of ready and desired).
-    delay = obs.delay_us
-    delay_recs = state.delay_recommendations
-    kind_d = ""
-    why_d = ""
-    serving = max(1, min(replicas, ready) if ready > 0 else replicas)
-    rate = plan_rps / serving
-    raised_from = state.delay_raised_from_us
-    ceiling = state.delay_ceiling
-    if ceiling is not None and t - ceiling[2] >= DELAY_CEILING_S:
-        ceiling = None
-    if spec.tune_delay:
-        cur_d = min(max(obs.delay_us, spec.min_delay_us), spec.max_delay_us)
-        # A raise is on trial until Triton's p99 shows it. Over the target, the model was wrong
-        # about the delay at this load (real Triton at maxBatch 2 on two busy cores: 0 ->
-        # 5,000 us predicted 17 ms, Triton's p99 went from <= 25.6 to 47 ms, SLO 40 ms):
-        # back to the delay before it, and that delay is barred at this load for a while.
-        on_trial = raised_from is not None and raised_from < cur_d
-        failed = on_trial and p99_current and rps > 0 and p99_obs > model.target
-        failed_from = raised_from if failed else None
-        if p99_current or not on_trial:
-            raised_from = None  # judged (or moot): no longer on trial
-        if failed_from is not None:
-            ceiling = (cur_d, rate, t)
-        bar = (
-            ceiling[0]
-            if ceiling is not None and rate >= DELAY_CEILING_SHARE * ceiling[1]
-            else None
-        )
-        new_d = model.best_delay(rate, cur_d, bar)
-        if failed_from is not None:
-            new_d = min(new_d, max(failed_from, spec.min_delay_us))
-        # Cut at once, raise slowly: up only to the least delay recommended in the window
-        # (which starts again after a failed raise).
-        kept = () if failed_from is not None else state.delay_recommendations
-        delay_recs = tuple((ts, d) for ts, d in kept if ts > t - DELAY_UP_WINDOW_S) + (
-            (t, new_d),
-        )
-        if new_d > cur_d:
-            new_d = max(cur_d, min(d for _, d in delay_recs))
-        cur_p = model.at(rate, cur_d)
-        new_p = model.at(rate, new_d)
-        rel = abs(new_d - cur_d) / max(cur_d, new_d, 1)
-        gpu_gain = 1 - new_p.gpu_ms_per_inference / cur_p.gpu_ms_per_inference
-        lat_gain = _p99(new_p, correction) < _p99(cur_p, correction) * 0.9
-        # A cut for lateness: the observed p99 breaks the SLO, or the predicted one misses the
-        # target and the cut lowers it. Near capacity every delay predicts the same p99, and
-        # a cut that buys nothing would be undone once new replicas share the load (two
-        # reloads; hypothesis found 500 -> 0 -> 5,475 us on a steady load).
-        late_cut = new_d < cur_d and (
-            failed_from is not None
-            or p99_obs > spec.slo_ms
-            or (
-                _p99(cur_p, correction) > model.target
-                and _p99(new_p, correction) < _p99(cur_p, correction) * (1 - NEAR_BEST)
-            )
-        )
-        worth = rel >= DELAY_MIN_CHANGE and (
-            gpu_gain >= GPU_MIN_GAIN or (new_d < cur_d and (late_cut or lat_gain))
-        )
-        delay = new_d if worth or late_cut else cur_d
-        # A longer delay adds up to its length to a request's wait. Raised only when the
-        # observed p99 (current) plus that wait keeps the wider margin too: the model alone
-        # may be wrong by more than its bounded correction (seen on real Triton at maxBatch 2
-        # on two busy cores: p99 36 ms at 0 us, the model predicting 29 ms at 5,000 us,
-        # Triton's p99 then 66-97 ms against a 40 ms SLO).
-        added_ms = (delay - cur_d) / 1000.0
-        if added_ms > 0 and not (
-            p99_current and rps > 0 and p99_obs + added_ms <= UP_MARGIN * model.target
-        ):
-            until = (
-                f"while the observed p99 {_fmt_ms(p99_obs)} ms + {_fmt_ms(added_ms)} ms > "
-                f"{_fmt_ms(UP_MARGIN * model.target)} ms"
-                if p99_current
-                else "until Triton's p99 shows the present"
-            )
-            notes.append(f"delay {delay:,} us would do by the model; kept {until}")
-            delay = cur_d
-        if delay > obs.delay_us:
-            kind_d = "delay-up"
-        elif delay < obs.delay_us:
-            kind_d = "delay-down"
-        if kind_d:
-            p_old = model.at(rate, obs.delay_us)
-            p_new = model.at(rate, delay)
-            why_d = (
-                f"delay {obs.delay_us:,} → {delay:,} us: batch {p_old.avg_batch:.1f} → "
-                f"{p_new.avg_batch:.1f}, GPU ms/inference "
-                f"{p_old.gpu_ms_per_inference:.2f} → {p_new.gpu_ms_per_inference:.2f}, "
-                f"predicted p99 {_fmt_ms(_p99(p_new, correction))} ms "
-                f"(target {_fmt_ms(model.target)} ms)"
-            )
-        if failed_from is not None and kind_d == "delay-down":
-            why_d = (
-                f"delay {obs.delay_us:,} → {delay:,} us: the raise from {failed_from:,} us broke "
-                f"the target (p99 {_fmt_ms(p99_obs)} ms > {_fmt_ms(model.target)} ms); no delay "
-                f"of {obs.delay_us:,} us or more at {_fmt_rate(DELAY_CEILING_SHARE * rate)} "
-                f"rps per replica or more for {DELAY_CEILING_S:.0f} s"
-            )
-        if kind_d == "delay-up":
-            raised_from = obs.delay_us
-        elif kind_d == "delay-down":
-            raised_from = None
-
-    final = model.at(plan_rps / max(1, replicas), delay)
-    new_state = replace(
+    # A new, higher peak or refusals are arrivals, not a backlog: they do not wait.
+    rising = peak_now > remembered_before or refused > REFUSED_BREACH * arrivals
+    learned = replace(
         state,
-        curve=buckets,
-        recommendations=recs,
-        p99_correction=correction,
-        last_time_s=t,
-        last_pending=obs.pending,
-        last_rps=rps,
         last_refused_rps=refused,
         peak_rps=peak,
         peak_at_s=peak_at,
@@ -742,54 +657,263 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         level_since_s=level_since,
         burst_factor=burst,
         burst_learned_s=burst_learned_s,
-        startup_s=_learn_startup(state, obs, t),
-        delay_recommendations=delay_recs,
-        delay_raised_from_us=raised_from,
-        delay_ceiling=ceiling,
-        last_starting_s=t if starting > 0 else state.last_starting_s,
-        # The first tick that sees every replica ready after some were starting, or after a
-        # scale-up whose pods were ready before a tick saw them start (a queue built before
-        # them drains only then, and Triton's p99 summary shows it for a window more).
-        ready_at_s=(
-            t
-            if starting == 0
-            and state.last_time_s is not None
-            and state.last_time_s in (state.last_starting_s, state.last_scale_up_s)
-            else state.ready_at_s
+    )
+    return (
+        _Demand(
+            plan_rps=demand * (1 + HEADROOM),
+            why=demand_why,
+            at_level=at_level,
+            rising=rising,
+            draining=draining,
+            delay_explains=delay_explains,
+            burst_note=burst_note,
         ),
-        slo_breaches=breaches,
-        last_rate_fall_s=last_fall_s,
-        last_scale_up_s=t if kind_r == "scale-up" else state.last_scale_up_s,
-        last_scale_down_s=t if kind_r == "scale-down" else state.last_scale_down_s,
-        last_delay_change_s=t if kind_d else state.last_delay_change_s,
+        learned,
     )
-    parts = []
-    if kind_r:
-        # A scale-up's reason predicts at the running count; say what the new count expects.
-        then = (
-            f" (then {_fmt_ms(_p99(final, correction))} ms predicted)"
-            if kind_r == "scale-up"
-            else ""
-        )
-        parts.append(f"{why_r}: {cur_n} → {_replicas(replicas)}{then}")
-    if kind_d:
-        parts.append(why_d)
-    if not parts:
-        parts.append(
-            f"steady: p99 {_fmt_ms(p99_obs)} ms (SLO {_fmt_ms(spec.slo_ms)} ms) at "
-            f"{_fmt_rate(rps)} rps on {cur_n} replicas, delay {obs.delay_us:,} us, "
-            f"batch {obs.avg_batch or 0:.1f}"
-        )
-    reason = "; ".join(parts + notes)
-    kind = "+".join(k for k in (kind_r, kind_d) if k) or "hold"
-    return Decision(
-        replicas=replicas,
-        delay_us=delay,
-        reason=reason,
-        state=new_state,
-        kind=kind,
-        predicted_p99_ms=_p99(final, correction),
+
+
+@dataclass(frozen=True)
+class _ReplicaChoice:
+    """Step 4's outcome: the replicas, why they changed, the window's recommendations."""
+
+    replicas: int
+    kind: str  # "scale-up", "scale-down" or "" (kept)
+    why: str
+    recommendations: tuple[tuple[float, int], ...]
+    notes: tuple[str, ...]
+
+
+def _choose_replicas(
+    obs: Observation,
+    spec: TuningSpec,
+    state: TuningState,
+    model: _Model,
+    now: _Reading,
+    demand: _Demand,
+) -> _ReplicaChoice:
+    """Step 4 (module docstring): the replicas for the demand."""
+    t, rps, p99_ms, plan_rps = now.t, now.rps, now.p99_ms, demand.plan_rps
+    cur_n = obs.replicas
+    if not spec.tune_replicas:
+        return _ReplicaChoice(cur_n, "", "", state.recommendations, ())
+    notes: list[str] = []
+    recs = state.recommendations
+    kind = ""
+    hi = spec.max_replicas
+    if obs.schedulable_headroom is not None:
+        hi = min(hi, max(cur_n, spec.min_replicas) + max(0, obs.schedulable_headroom))
+    hi = max(hi, spec.min_replicas)
+    # Replicas are sized at the delay best for latency (the smallest one, when tuned).
+    lat_delay = spec.min_delay_us if spec.tune_delay else obs.delay_us
+    need_up = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, lat_delay)
+    down_headroom = LEVEL_DOWN_HEADROOM if demand.at_level else DOWN_HEADROOM
+    need_down = model.replicas_for(
+        plan_rps * (1 + down_headroom), spec.min_replicas, spec.max_replicas, lat_delay
     )
+    rec = max(need_up, min(max(cur_n, spec.min_replicas), need_down))
+    why = (
+        f"predicted p99 {_fmt_ms(model.p99(plan_rps / max(1, cur_n), obs.delay_us))} ms"
+        f" vs target {_fmt_ms(model.target)} ms at {_fmt_rate(plan_rps)} rps "
+        f"({demand.why} + {HEADROOM:.0%})"
+    )
+    # An observed p99 over the SLO on two settled ticks (once Triton's summary shows the
+    # present) scales up even when the model disagrees, HPA-like: in proportion to the
+    # excess, at most by half per tick; the burst factor (raised above) remembers it.
+    if (
+        now.breaches >= 2
+        and rps > 0
+        and not demand.delay_explains
+        and not demand.draining
+        and rec <= cur_n
+    ):
+        factor = min(BURST_STEP, p99_ms / spec.slo_ms)
+        forced = cur_n + max(1, math.ceil(cur_n * (factor - 1)))
+        if forced > rec:
+            rec = forced
+            why = (
+                f"p99 {_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms at "
+                f"{_fmt_rate(rps)} rps"
+            )
+    # Just after a scale-up the windowed rate still holds the backlog the new replicas
+    # drained: wait for it to settle unless the queue is still growing.
+    up_since = max(state.last_scale_up_s or -math.inf, state.last_starting_s or -math.inf)
+    recent_up = t - up_since < SETTLE_INTERVALS * spec.interval_s
+    if rec > cur_n and recent_up and now.growth <= STEADY_RATE_CHANGE * rps and not demand.rising:
+        notes.append(f"{rec} replicas suggested; waiting for the last scale-up to show")
+        rec = cur_n
+    if demand.burst_note:
+        notes.append(demand.burst_note)
+    # Fewer replicas only while the SLO holds: a model that sees room while the observed
+    # p99 breaks the SLO is wrong here (seen on a starved machine: 3 → 2 → 3 replicas).
+    if rec < cur_n and rps > 0 and now.p99_current and p99_ms > spec.slo_ms:
+        notes.append(f"{_replicas(rec)} would do by the model; no scale-down while p99 "
+                     f"{_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms")
+        rec = cur_n
+    rec = min(max(rec, spec.min_replicas), spec.max_replicas)
+    if not recs:  # no history: the running count is the recommendation to wait out
+        recs = ((t, cur_n),)
+    recs = tuple((ts, n) for ts, n in recs if ts > t - spec.scale_down_window_s) + ((t, rec),)
+    if rec > cur_n:
+        replicas = min(rec, hi)
+        if replicas < rec:
+            notes.append(f"capacity limited: {rec} wanted, {replicas} schedulable")
+    else:
+        window_max = max(n for _, n in recs)
+        replicas = min(cur_n, max(rec, window_max))
+        if rec < cur_n and replicas == cur_n:
+            notes.append(
+                f"{rec} replicas would do; scale-down waits for the "
+                f"{spec.scale_down_window_s:.0f} s window"
+            )
+    replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
+    if obs.schedulable_headroom is not None and replicas > cur_n:
+        # minReplicas is the user's floor: it wins over what the cluster can schedule.
+        replicas = min(replicas, max(cur_n + max(0, obs.schedulable_headroom),
+                                     spec.min_replicas))
+    if replicas > cur_n:
+        kind = "scale-up"
+    elif replicas < cur_n:
+        kind = "scale-down"
+        why = (
+            f"load {_fmt_rate(rps)} rps fits {_replicas(replicas)} (predicted p99 "
+            f"{_fmt_ms(model.p99(plan_rps / max(1, replicas), obs.delay_us))} ms, target "
+            f"{_fmt_ms(model.target)} ms), the most recommended in the last "
+            f"{spec.scale_down_window_s:.0f} s"
+        )
+    if need_up >= spec.max_replicas and not model.fits(
+        plan_rps / spec.max_replicas, (lat_delay,)
+    ):
+        notes.append(f"SLO margin not reachable within maxReplicas {spec.max_replicas}")
+
+    return _ReplicaChoice(replicas, kind, why, recs, tuple(notes))
+
+
+@dataclass(frozen=True)
+class _DelayChoice:
+    """Step 5's outcome: the delay, why it changed, and what the delay's rules remember."""
+
+    delay_us: int
+    kind: str  # "delay-up", "delay-down" or "" (kept)
+    why: str
+    recommendations: tuple[tuple[float, int], ...]
+    raised_from_us: int | None
+    ceiling: tuple[int, float, float] | None
+    notes: tuple[str, ...]
+
+
+def _choose_delay(
+    obs: Observation,
+    spec: TuningSpec,
+    state: TuningState,
+    model: _Model,
+    now: _Reading,
+    *,
+    rate: float,
+) -> _DelayChoice:
+    """Step 5 (module docstring): the delay for `rate` per serving replica."""
+    t, rps, p99_ms = now.t, now.rps, now.p99_ms
+    notes: list[str] = []
+    raised_from = state.delay_raised_from_us
+    ceiling = state.delay_ceiling
+    if ceiling is not None and t - ceiling[2] >= DELAY_CEILING_S:
+        ceiling = None
+    if not spec.tune_delay:
+        return _DelayChoice(obs.delay_us, "", "", state.delay_recommendations, raised_from,
+                            ceiling, ())
+    kind = ""
+    why = ""
+    cur_d = min(max(obs.delay_us, spec.min_delay_us), spec.max_delay_us)
+    # A raise is on trial until Triton's p99 shows it. Over the target, the model was wrong
+    # about the delay at this load (real Triton at maxBatch 2 on two busy cores: 0 ->
+    # 5,000 us predicted 17 ms, Triton's p99 went from <= 25.6 to 47 ms, SLO 40 ms):
+    # back to the delay before it, and that delay is barred at this load for a while.
+    on_trial = raised_from is not None and raised_from < cur_d
+    failed = on_trial and now.p99_current and rps > 0 and p99_ms > model.target
+    failed_from = raised_from if failed else None
+    if now.p99_current or not on_trial:
+        raised_from = None  # judged (or moot): no longer on trial
+    if failed_from is not None:
+        ceiling = (cur_d, rate, t)
+    bar = (
+        ceiling[0]
+        if ceiling is not None and rate >= DELAY_CEILING_SHARE * ceiling[1]
+        else None
+    )
+    new_d = model.best_delay(rate, cur_d, bar)
+    if failed_from is not None:
+        new_d = min(new_d, max(failed_from, spec.min_delay_us))
+    # Cut at once, raise slowly: up only to the least delay recommended in the window
+    # (which starts again after a failed raise).
+    kept = () if failed_from is not None else state.delay_recommendations
+    recs = tuple((ts, d) for ts, d in kept if ts > t - DELAY_UP_WINDOW_S) + (
+        (t, new_d),
+    )
+    if new_d > cur_d:
+        new_d = max(cur_d, min(d for _, d in recs))
+    cur_p = model.at(rate, cur_d)
+    new_p = model.at(rate, new_d)
+    rel = abs(new_d - cur_d) / max(cur_d, new_d, 1)
+    gpu_gain = 1 - new_p.gpu_ms_per_inference / cur_p.gpu_ms_per_inference
+    lat_gain = _p99(new_p, model.correction) < _p99(cur_p, model.correction) * 0.9
+    # A cut for lateness: the observed p99 breaks the SLO, or the predicted one misses the
+    # target and the cut lowers it. Near capacity every delay predicts the same p99, and
+    # a cut that buys nothing would be undone once new replicas share the load (two
+    # reloads; hypothesis found 500 -> 0 -> 5,475 us on a steady load).
+    late_cut = new_d < cur_d and (
+        failed_from is not None
+        or p99_ms > spec.slo_ms
+        or (
+            _p99(cur_p, model.correction) > model.target
+            and _p99(new_p, model.correction) < _p99(cur_p, model.correction) * (1 - NEAR_BEST)
+        )
+    )
+    worth = rel >= DELAY_MIN_CHANGE and (
+        gpu_gain >= GPU_MIN_GAIN or (new_d < cur_d and (late_cut or lat_gain))
+    )
+    delay = new_d if worth or late_cut else cur_d
+    # A longer delay adds up to its length to a request's wait. Raised only when the
+    # observed p99 (current) plus that wait keeps the wider margin too: the model alone
+    # may be wrong by more than its bounded model.correction (seen on real Triton at maxBatch 2
+    # on two busy cores: p99 36 ms at 0 us, the model predicting 29 ms at 5,000 us,
+    # Triton's p99 then 66-97 ms against a 40 ms SLO).
+    added_ms = (delay - cur_d) / 1000.0
+    if added_ms > 0 and not (
+        now.p99_current and rps > 0 and p99_ms + added_ms <= UP_MARGIN * model.target
+    ):
+        until = (
+            f"while the observed p99 {_fmt_ms(p99_ms)} ms + {_fmt_ms(added_ms)} ms > "
+            f"{_fmt_ms(UP_MARGIN * model.target)} ms"
+            if now.p99_current
+            else "until Triton's p99 shows the present"
+        )
+        notes.append(f"delay {delay:,} us would do by the model; kept {until}")
+        delay = cur_d
+    if delay > obs.delay_us:
+        kind = "delay-up"
+    elif delay < obs.delay_us:
+        kind = "delay-down"
+    if kind:
+        p_old = model.at(rate, obs.delay_us)
+        p_new = model.at(rate, delay)
+        why = (
+            f"delay {obs.delay_us:,} → {delay:,} us: batch {p_old.avg_batch:.1f} → "
+            f"{p_new.avg_batch:.1f}, GPU ms/inference "
+            f"{p_old.gpu_ms_per_inference:.2f} → {p_new.gpu_ms_per_inference:.2f}, "
+            f"predicted p99 {_fmt_ms(_p99(p_new, model.correction))} ms "
+            f"(target {_fmt_ms(model.target)} ms)"
+        )
+    if failed_from is not None and kind == "delay-down":
+        why = (
+            f"delay {obs.delay_us:,} → {delay:,} us: the raise from {failed_from:,} us broke "
+            f"the target (p99 {_fmt_ms(p99_ms)} ms > {_fmt_ms(model.target)} ms); no delay "
+            f"of {obs.delay_us:,} us or more at {_fmt_rate(DELAY_CEILING_SHARE * rate)} "
+            f"rps per replica or more for {DELAY_CEILING_S:.0f} s"
+        )
+    if kind == "delay-up":
+        raised_from = obs.delay_us
+    elif kind == "delay-down":
+        raised_from = None
+    return _DelayChoice(delay, kind, why, recs, raised_from, ceiling, tuple(notes))
 
 
 def recommend(latency: LatencyCurve, rps: float, spec: TuningSpec) -> Plan:
