@@ -1,7 +1,8 @@
 """The tuning policy: replicas first (fewest that keep p99 under the SLO), then the delay.
 
 `decide` is pure and deterministic: the operator and the simulator both call it with an
-`Observation` and the `TuningState` it returned last time. Its steps:
+`Observation` and the `TuningState` it returned last time. Its steps (2: `_read` and the
+learning in `decide`; 3: `_demand`; 4: `_choose_replicas`; 5: `_choose_delay`):
 
 1. Hold when metrics are missing or stale: never act on data that may not be true. (No
    traffic at all is not missing data: it lets replicas fall to the minimum.)
@@ -291,6 +292,28 @@ def _level_since(state: TuningState, t: float, peak_now: float, arrivals: float)
     return t if calm and near else None
 
 
+def _recurrence(
+    state: TuningState, spec: TuningSpec, t: float, peak_now: float
+) -> tuple[float, float | None, bool, bool]:
+    """(the last burst, when, quiet since it, bursts recur): is this a burst that came back?
+
+    The last burst is kept apart from the remembered peak (which fades): a peak near it
+    after a quiet spell, within twice the long memory, is one that came back, and then the
+    peak memory is the long one."""
+    seen, seen_at = state.last_burst_rps, state.last_burst_s
+    quiet, recur = state.quiet_since_peak, state.bursts_recur
+    fresh = seen_at is not None and t - seen_at <= 2 * spec.peak_memory_s
+    if not fresh:
+        seen, seen_at, quiet, recur = 0.0, None, False, False
+    if peak_now > 0 and peak_now >= TESTED_SHARE * seen:
+        if quiet and fresh:
+            recur = True
+        seen, seen_at, quiet = max(peak_now, seen), t, False
+    elif peak_now < QUIET_SHARE * seen:
+        quiet = True
+    return seen, seen_at, quiet, recur
+
+
 def _learn_burst(
     state: TuningState,
     spec: TuningSpec,
@@ -369,7 +392,7 @@ class _Reading:
     starting: int
     growth: float  # how fast the queue grew: arrivals beyond what was served (req/s)
     settled: bool  # nothing changed or started for SETTLE_INTERVALS
-    p99_current: bool  # Triton's p99 summary shows the present (see below)
+    p99_current: bool  # Triton's p99 summary shows the present (why: in _read)
     last_fall_s: float | None  # the last tick whose request rate fell
     breaches: int  # consecutive settled ticks with a current p99 over the SLO
     steady: bool  # settled, with rate and queue steady: a state the model may learn from
@@ -596,19 +619,7 @@ def _demand(
         # the last tick's peak only: the burst factor still learns what it was sized for
         memory = min(memory, spec.interval_s)
     remembered_before, (peak, peak_at), (next_peak, next_at) = _remember(state, t, memory, peak_now)
-    # Is this a burst that came back? The last burst is kept apart from the remembered peak
-    # (which fades): a peak near it after a quiet spell, within twice the long memory.
-    seen, seen_at = state.last_burst_rps, state.last_burst_s
-    quiet, recur = state.quiet_since_peak, state.bursts_recur
-    fresh = seen_at is not None and t - seen_at <= 2 * spec.peak_memory_s
-    if not fresh:
-        seen, seen_at, quiet, recur = 0.0, None, False, False
-    if peak_now > 0 and peak_now >= TESTED_SHARE * seen:
-        if quiet and fresh:
-            recur = True
-        seen, seen_at, quiet = max(peak_now, seen), t, False
-    elif peak_now < QUIET_SHARE * seen:
-        quiet = True
+    seen, seen_at, quiet, recur = _recurrence(state, spec, t, peak_now)
     remembered = max(remembered_before, peak_now)
     delay_explains = spec.tune_delay and p99_obs - obs.delay_us / 1000.0 <= model.target
     burst, burst_learned_s, burst_note = _learn_burst(
