@@ -357,8 +357,14 @@ MUTATIONS: list[tuple[str, Callable[[Manifest], None], str]] = [
     ),
     (
         "timeout-within-delay-limit",
-        _set("spec.overload.queueTimeoutMicroseconds",
-             lambda m: m["spec"]["batching"]["maxQueueDelayLimitMicroseconds"]),
+        # a limit of 0 would make the timeout 0, which is the default (derived), not a
+        # timeout within the limit: hypothesis found that valid "invalid" manifest
+        lambda m: (
+            _set("spec.batching.maxQueueDelayLimitMicroseconds",
+                 lambda m: max(1, m["spec"]["batching"]["maxQueueDelayLimitMicroseconds"]))(m),
+            _set("spec.overload.queueTimeoutMicroseconds",
+                 lambda m: m["spec"]["batching"]["maxQueueDelayLimitMicroseconds"])(m),
+        ),
         "spec.overload.queueTimeoutMicroseconds",
     ),
     (

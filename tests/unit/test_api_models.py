@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from bm_samples import MUTATIONS, crd_admission, minimal, mutated, valid_manifests
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from batchop.api.errors import SpecError
@@ -208,6 +208,21 @@ def test_valid_specs_parse_and_the_crd_defaults_them_the_same(manifest: dict) ->
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(valid_manifests(), st.sampled_from(MUTATIONS))
+@example(  # found by hypothesis: with a delay limit of 0 the mutation set the default timeout
+    manifest={
+        "apiVersion": "batchop.io/v1alpha1", "kind": "BatchedModel",
+        "metadata": {"name": "a", "namespace": "ml"},
+        "spec": {
+            "model": {"name": "0", "repository": "s3://bucket/models", "maxBatchSize": 1},
+            "scaling": {"minReplicas": 0, "maxReplicas": 1, "replicas": 0},
+            "batching": {"minQueueDelayMicroseconds": 0, "maxQueueDelayMicroseconds": 0,
+                         "maxQueueDelayLimitMicroseconds": 0},
+            "slo": {"p99LatencyMilliseconds": 1.0},
+            "autotune": {"replicas": False},
+        },
+    },
+    case=next(c for c in MUTATIONS if c[0] == "timeout-within-delay-limit"),
+)
 def test_invalid_specs_are_refused_naming_the_field(manifest: dict, case) -> None:
     _, mutation, path = case
     broken = mutated(full(manifest), mutation)
