@@ -391,11 +391,10 @@ class _Reading:
     ready: int
     starting: int
     growth: float  # how fast the queue grew: arrivals beyond what was served (req/s)
-    settled: bool  # nothing changed or started for SETTLE_INTERVALS
     p99_current: bool  # Triton's p99 summary shows the present (why: in _read)
     last_fall_s: float | None  # the last tick whose request rate fell
     breaches: int  # consecutive settled ticks with a current p99 over the SLO
-    steady: bool  # settled, with rate and queue steady: a state the model may learn from
+    steady: bool  # nothing changed or started for SETTLE_INTERVALS, rate and queue steady
 
 
 def _read(obs: Observation, spec: TuningSpec, state: TuningState) -> _Reading:
@@ -444,8 +443,8 @@ def _read(obs: Observation, spec: TuningSpec, state: TuningState) -> _Reading:
         and abs(rps - state.last_rps) <= STEADY_RATE_CHANGE * rps
         and abs(growth) <= STEADY_RATE_CHANGE * rps
     )
-    return _Reading(t, rps, p99_obs, ready, starting, growth, settled, p99_current,
-                    last_fall_s, breaches, steady)
+    return _Reading(t, rps, p99_obs, ready, starting, growth, p99_current, last_fall_s,
+                    breaches, steady)
 
 
 def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
