@@ -80,6 +80,46 @@ def delete_model(cluster: Any, ns: str, name: str) -> None:
     wait_for(lambda: not children(cluster, ns, name), f"{name}'s children deleted", 180)
 
 
+def gpus_at_rest(cluster: Any) -> bool:
+    """No pod anywhere is on its way out, so the free GPUs counted now stay free.
+
+    A pod goes away with a deletion timestamp, but also before it has one: while the garbage
+    collector works down from a deleted model (Deployment, ReplicaSet, pod), while a namespace
+    is being emptied, and while a scale-down goes from Deployment to ReplicaSet to pod. A GPU
+    count taken then grows later, and a test that sized a shortage on it finds none (CI,
+    stop 21: a model deleted a few seconds earlier freed its GPUs under the test). A rollout
+    stuck on a Pending pod is at rest: its old pods stay.
+    """
+    everything = cluster.kubectl_json(
+        "get", "pods,replicasets,deployments,namespaces,batchedmodels", "--all-namespaces"
+    )["items"]
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for item in everything:
+        by_kind.setdefault(item["kind"], []).append(item)
+
+    def status(obj: dict[str, Any], key: str) -> int:
+        return int((obj.get("status") or {}).get(key, 0))
+
+    leaving = {n["metadata"]["name"] for n in by_kind.get("Namespace", [])
+               if n["metadata"].get("deletionTimestamp")}  # fmt: skip
+    models = {(m["metadata"]["namespace"], m["metadata"]["name"])
+              for m in by_kind.get("BatchedModel", [])}  # fmt: skip
+    for pod in by_kind.get("Pod", []):
+        meta = pod["metadata"]
+        model = (meta.get("labels") or {}).get(LABEL)
+        if meta.get("deletionTimestamp") or meta["namespace"] in leaving:
+            return False
+        if model is not None and (meta["namespace"], model) not in models:
+            return False
+    for deployment in by_kind.get("Deployment", []):
+        if status(deployment, "observedGeneration") < deployment["metadata"]["generation"]:
+            return False  # a change its controller has not acted on yet
+    for replicaset in by_kind.get("ReplicaSet", []):
+        if status(replicaset, "replicas") > replicaset["spec"].get("replicas", 1):
+            return False  # pods it is about to delete
+    return True
+
+
 def test_model_gets_owned_children_and_becomes_ready(
     cluster: Any, ns: str, operator: Operator
 ) -> None:
@@ -186,11 +226,7 @@ def test_edited_and_deleted_children_are_restored(
 def test_gpu_shortage_is_capacity_limited_then_recovers(
     cluster: Any, ns: str, operator: Operator
 ) -> None:
-    def settled() -> bool:  # GPUs held by terminating pods (any namespace) are not free yet
-        pods = cluster.kubectl_json("get", "pods", "--all-namespaces")["items"]
-        return not [p for p in pods if p["metadata"].get("deletionTimestamp")]
-
-    wait_for(settled, "terminating pods gone", 180)
+    wait_for(lambda: gpus_at_rest(cluster), "no GPU on its way to free", 180)
     free = cluster.status().gpus_free
     assert free >= 2, f"the test cluster needs at least 2 free GPUs, has {free}"
     # A hog leaves one GPU free; a model needing 2 GPUs per replica cannot start.
