@@ -33,6 +33,8 @@ from prometheus_client import (
 )
 
 from batchop.api.errors import SpecError
+from batchop.api.tuning_spec import manifest_tuning_spec
+from batchop.tuning.overload import queue_policy
 
 BM_LABELS = ("namespace", "batchedmodel")
 DEFAULT_PORT = 8000
@@ -316,9 +318,7 @@ class OperatorMetrics:
 
 def _queue_timeout_us(bm: Mapping[str, Any]) -> float:
     """The queue timeout the pods run by spec.overload (0 when nothing is refused on time)."""
-    from batchop.controller.autotune import desired_queue_policy
-
-    policy = desired_queue_policy(bm)
+    policy = queue_policy(manifest_tuning_spec(bm))
     return float(policy.timeout_us if policy.reject else 0)
 
 

@@ -107,6 +107,15 @@ def test_the_handlers_and_the_tuning_loop_share_state_not_each_other() -> None:
     assert handlers not in graph[loop]
 
 
+def test_the_metrics_module_does_not_import_the_controller() -> None:
+    """metrics sits below the controller (the handlers and the loop record into it): an
+    import back up the layers makes the two impossible to load or test apart."""
+    graph = import_graph(OPERATOR)
+    assert "batchop.metrics" in graph, "the metrics module was not found"
+    upward = sorted(m for m in graph["batchop.metrics"] if m.startswith("batchop.controller"))
+    assert upward == []
+
+
 @pytest.mark.parametrize("lazy", [False, True])
 def test_a_cycle_is_found_even_through_a_function_level_import(tmp_path: Path, lazy: bool) -> None:
     pkg = tmp_path / "pkg"
