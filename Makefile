@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml operator/dev/pyproject.toml
 	@touch $(STAMP)
 
 lint: install
-	$(BIN)/ruff check operator tests e2e
+	$(BIN)/ruff check operator tests e2e bench conftest.py
+	$(BIN)/ruff format --check operator tests e2e bench conftest.py
 
 unit: install
 	$(BIN)/python -m pytest -q tests/unit

@@ -43,9 +43,7 @@ def _remove_orphaned_test_clusters(say: Callable[[str], None]) -> None:
         LocalCluster(path.name, progress=say).down()
 
 
-def _session_cluster(
-    pytestconfig: pytest.Config, suffix: str, readiness: str
-) -> Iterator[object]:
+def _session_cluster(pytestconfig: pytest.Config, suffix: str, readiness: str) -> Iterator[object]:
     from batchop_dev.local.cluster import LocalCluster
 
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
@@ -56,8 +54,9 @@ def _session_cluster(
 
     _remove_orphaned_test_clusters(say)
     name = os.environ.get("BATCHOP_TEST_CLUSTER") or f"{TEST_CLUSTER_PREFIX}{os.getpid()}"
-    local = LocalCluster(name + suffix, nodes=2, gpus_per_node=4, progress=say,
-                         readiness=readiness, audit=True)
+    local = LocalCluster(
+        name + suffix, nodes=2, gpus_per_node=4, progress=say, readiness=readiness, audit=True
+    )
     local.up(replace=True)
     try:
         yield local

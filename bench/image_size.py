@@ -58,9 +58,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rebuild", action="store_true", help="build even when up to date (timed)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="Markdown result file")
-    ap.add_argument("--cold-log", type=Path,
-                    help="the output of an earlier `make image` on a machine with nothing "
-                         "cached (tools, base, image): its timed steps go into the result")
+    ap.add_argument(
+        "--cold-log",
+        type=Path,
+        help="the output of an earlier `make image` on a machine with nothing "
+        "cached (tools, base, image): its timed steps go into the result",
+    )
     args = ap.parse_args()
     provenance = Provenance.start()
     started = time.monotonic()
@@ -69,9 +72,14 @@ def main() -> int:
     started = time.monotonic()
     ensure_image(log=lambda line: print(line, flush=True))  # what a second `make image` does
     again = time.monotonic() - started
-    history = json.loads(subprocess.run(
-        ["podman", "history", "--format", "json", image.tag],
-        capture_output=True, text=True, check=True).stdout)
+    history = json.loads(
+        subprocess.run(
+            ["podman", "history", "--format", "json", image.tag],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     got = run_in_image(image, ["python", "-c", _PROBE])
     if got.returncode != 0:
         print(f"probe failed in the image:\n{got.stderr}", file=sys.stderr)
@@ -101,21 +109,37 @@ def main() -> int:
         created = " ".join(str(layer.get("CreatedBy") or layer.get("created_by") or "").split())
         created = created.replace("|", "\\|")[:110]
         lines.append(f"| {_mb(layer.get('size', layer.get('Size', 0)) or 0)} | `{created}` |")
-    lines += ["", "## Python distributions in /opt/batchop (files in their RECORD)", "",
-              "| distribution | MB |", "|---|---|"]
+    lines += [
+        "",
+        "## Python distributions in /opt/batchop (files in their RECORD)",
+        "",
+        "| distribution | MB |",
+        "|---|---|",
+    ]
     for name, n in sorted(probe["dists"].items(), key=lambda kv: -kv[1]):
         lines.append(f"| {name} | {_mb(n)} |")
     lines.append(f"| (all {len(probe['dists'])}) | {_mb(sum(probe['dists'].values()))} |")
     lines += ["", "## Directories (files, symlinks not counted)", "", "| path | MB |", "|---|---|"]
     lines += [f"| {path} | {_mb(n)} |" for path, n in probe["dirs"].items()]
     if args.cold_log:
-        steps = [line.strip() for line in args.cold_log.read_text().splitlines()
-                 if line.startswith(("image:", "localhost/batchop", "WALL", "started"))]
-        lines += ["", f"## A cold build: `{args.cold_log.name}`, as logged", "",
-                  "`make image` with nothing cached (apt-get installs podman, buildah, "
-                  "mmdebstrap and runc; mmdebstrap makes the base; then `podman build`); the "
-                  "last figure of the `localhost/batchop` line is `make image`'s own total, "
-                  "WALL adds the `make install` step before it.", "", "```", *steps, "```"]
+        steps = [
+            line.strip()
+            for line in args.cold_log.read_text().splitlines()
+            if line.startswith(("image:", "localhost/batchop", "WALL", "started"))
+        ]
+        lines += [
+            "",
+            f"## A cold build: `{args.cold_log.name}`, as logged",
+            "",
+            "`make image` with nothing cached (apt-get installs podman, buildah, "
+            "mmdebstrap and runc; mmdebstrap makes the base; then `podman build`); the "
+            "last figure of the `localhost/batchop` line is `make image`'s own total, "
+            "WALL adds the `make install` step before it.",
+            "",
+            "```",
+            *steps,
+            "```",
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

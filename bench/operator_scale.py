@@ -62,6 +62,7 @@ RESULTS = REPO / "bench" / "results" / "operator_scale.md"
 TICK_METRIC = "batchop_tick_duration_seconds"
 QUERY_METRIC = "batchop_prometheus_query_duration_seconds"
 
+
 def start_profile(pid: int, out: Path) -> subprocess.Popen[bytes]:
     """py-spy recording `pid` until stopped: raw collapsed stacks, per thread, idle included."""
     spy = Path(sys.executable).with_name("py-spy")

@@ -52,9 +52,7 @@ def check(profile: Profile, slo_ms: float) -> list[str]:
     rows = [
         f"| {profile.name} | {len(ratios)} | {min(ratios):.2f} | {statistics.median(ratios):.2f} "
         f"| {max(ratios):.2f} | "
-        + " | ".join(
-            f"{statistics.median(v):.2f}" if v else "-" for v in by_load.values()
-        )
+        + " | ".join(f"{statistics.median(v):.2f}" if v else "-" for v in by_load.values())
         + f" | {slo_ms:g} | {sim_cap:,.0f} | {model_cap:,.0f} |"
     ]
     return rows

@@ -33,8 +33,9 @@ def _cpu_s(pid: int) -> float:
 
 
 def bench_start(repo: Path, n: int) -> None:
-    servers = [TritonProcess(repo, address=f"127.0.79.{i + 1}", load_models=["synth"])
-               for i in range(n)]
+    servers = [
+        TritonProcess(repo, address=f"127.0.79.{i + 1}", load_models=["synth"]) for i in range(n)
+    ]
     t0 = time.monotonic()
     for s in servers:
         s.start()
@@ -44,9 +45,11 @@ def bench_start(repo: Path, n: int) -> None:
         total = time.monotonic() - t0
         time.sleep(2)
         rss = [s.rss_bytes() / 2**20 for s in servers]
-        print(f"{n} servers started together: all ready after {total:.1f} s; RSS per server "
-              f"(with its python stub) {np.mean(rss):.0f} MiB (min {min(rss):.0f}, "
-              f"max {max(rss):.0f})")
+        print(
+            f"{n} servers started together: all ready after {total:.1f} s; RSS per server "
+            f"(with its python stub) {np.mean(rss):.0f} MiB (min {min(rss):.0f}, "
+            f"max {max(rss):.0f})"
+        )
     finally:
         for s in servers:
             s.stop()
@@ -60,23 +63,34 @@ def bench_start(repo: Path, n: int) -> None:
 
 def bench_load(repo: Path, rates: list[float], seconds: float) -> None:
     with TritonProcess(repo, address="127.0.79.200", load_models=["synth"]) as t:
-        asyncio.run(run_load(constant_trace(20, 1), StaticTargets([t.url], "synth"),
-                             keep_records=False))
-        print("rate  achieved  lag_p99  client_mean  server_mean  added  client_cpu/req  "
-              "server_cpu/req  p50  p99  batch")
+        asyncio.run(
+            run_load(constant_trace(20, 1), StaticTargets([t.url], "synth"), keep_records=False)
+        )
+        print(
+            "rate  achieved  lag_p99  client_mean  server_mean  added  client_cpu/req  "
+            "server_cpu/req  p50  p99  batch"
+        )
         for rps in rates:
             c0 = scrape(t.metrics_url, "synth")
             cpu0 = _cpu_s(t.proc.pid)
-            r = asyncio.run(run_load(constant_trace(rps, seconds), StaticTargets([t.url], "synth"),
-                                     keep_records=False))
+            r = asyncio.run(
+                run_load(
+                    constant_trace(rps, seconds),
+                    StaticTargets([t.url], "synth"),
+                    keep_records=False,
+                )
+            )
             d = scrape(t.metrics_url, "synth") - c0
             server_cpu = (_cpu_s(t.proc.pid) - cpu0) / max(r["ok"], 1) * 1000
             server = d.per_request_ms("nv_inference_request_duration_us")
-            print(f"{rps:5.0f} {r['achieved_rps']:8.1f} {r['send_lag_p99_ms']:8.1f} "
-                  f"{r['mean_ms']:11.2f} {server:12.2f} {r['mean_ms'] - server:6.2f} "
-                  f"{r['client_cpu_ms_per_request']:15.3f} {server_cpu:15.3f} "
-                  f"{r['p50_ms']:5.1f} {r['p99_ms']:5.1f} {d.avg_batch:5.2f}  "
-                  f"failed={r['failed']}", flush=True)
+            print(
+                f"{rps:5.0f} {r['achieved_rps']:8.1f} {r['send_lag_p99_ms']:8.1f} "
+                f"{r['mean_ms']:11.2f} {server:12.2f} {r['mean_ms'] - server:6.2f} "
+                f"{r['client_cpu_ms_per_request']:15.3f} {server_cpu:15.3f} "
+                f"{r['p50_ms']:5.1f} {r['p99_ms']:5.1f} {d.avg_batch:5.2f}  "
+                f"failed={r['failed']}",
+                flush=True,
+            )
 
 
 def main() -> None:

@@ -35,8 +35,9 @@ def operator(stack: Any) -> Any:
 
 
 @pytest.fixture(scope="session")
-def stack(cluster: Any, tmp_path_factory: pytest.TempPathFactory,
-          pytestconfig: pytest.Config) -> Iterator[Any]:
+def stack(
+    cluster: Any, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[Any]:
     from batchop_dev.local.stack import LocalStack
 
     reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")

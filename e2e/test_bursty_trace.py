@@ -53,8 +53,15 @@ def test_bursty_trace_served_within_2x_slo_rejections_counted_replicas_held(
         pytest.skip(f"the shared azure-code trace is not here: {exc}")
     trace = trace_slice(full, TRACE_START_S, SECONDS, TRACE_SCALE)
     lines: list[str] = []
-    result = run_demo(duration_s=trace.end, report_dir=tmp_path, sample_s=5.0, cluster=cluster,
-                      stack=stack, say=lines.append, trace=trace)
+    result = run_demo(
+        duration_s=trace.end,
+        report_dir=tmp_path,
+        sample_s=5.0,
+        cluster=cluster,
+        stack=stack,
+        say=lines.append,
+        trace=trace,
+    )
     log = "\n".join(lines)
     print(f"\n[bursty] {log}")
     assert "interrupted" not in result.notes, log
@@ -63,8 +70,10 @@ def test_bursty_trace_served_within_2x_slo_rejections_counted_replicas_held(
     verdicts = bursty["verdicts"]
     story = "\n".join(window_table(bursty) + verdict_lines(bursty))
     load = report["load"]
-    print(f"[bursty] send lag p99 {load['send_lag_p99_ms']} ms, max {load['send_lag_max_ms']} "
-          f"ms; errors {load['errors']}")
+    print(
+        f"[bursty] send lag p99 {load['send_lag_p99_ms']} ms, max {load['send_lag_max_ms']} "
+        f"ms; errors {load['errors']}"
+    )
 
     totals = bursty["totals"]
     assert totals["sent"] > 0.8 * trace.mean_rate(0, trace.end) * trace.end, story
@@ -78,24 +87,32 @@ def test_bursty_trace_served_within_2x_slo_rejections_counted_replicas_held(
     print(f"[bursty] rejected: clients {totals['rejected']}, Triton ~{triton}")
     if totals["rejected"] >= 100:
         assert triton is not None and 0.5 * totals["rejected"] <= triton <= (
-            1.5 * totals["rejected"]), (totals["rejected"], triton)
+            1.5 * totals["rejected"]
+        ), (totals["rejected"], triton)
 
     assert verdicts["no_multi_second_waits"] is not False, (
-        f"served p99 over {bursty['p99_factor']:g}x SLO in a settled window:\n{story}")
+        f"served p99 over {bursty['p99_factor']:g}x SLO in a settled window:\n{story}"
+    )
     assert verdicts["replicas_held_between_bursts"] is not False, (
-        f"a replica was given back inside a short burst gap:\n{story}")
+        f"a replica was given back inside a short burst gap:\n{story}"
+    )
 
     unjudged = []
     if verdicts["no_multi_second_waits"] is None:
         unjudged.append(
             "no settled window could be judged "
             f"({bursty['windows_lagged']} over 2x SLO while the generator lagged; the rest "
-            "not settled or empty)")
+            "not settled or empty)"
+        )
     elif bursty["windows_lagged"]:
-        unjudged.append(f"{bursty['windows_lagged']} window(s) over 2x SLO not judged: the "
-                        "load generator lagged beyond the SLO in them")
+        unjudged.append(
+            f"{bursty['windows_lagged']} window(s) over 2x SLO not judged: the "
+            "load generator lagged beyond the SLO in them"
+        )
     if verdicts["replicas_held_between_bursts"] is None:
-        unjudged.append("replicas held between bursts not judged: no short gap began with "
-                        "more replicas than the run's fewest")
+        unjudged.append(
+            "replicas held between bursts not judged: no short gap began with "
+            "more replicas than the run's fewest"
+        )
     if unjudged:
         pytest.skip("; ".join(unjudged) + f"\n{story}")

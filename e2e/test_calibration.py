@@ -59,8 +59,10 @@ def _starved(p: CalibrationPoint) -> str | None:
 def _usable(p: CalibrationPoint) -> None:
     why = _starved(p)
     if why:
-        pytest.skip(f"{p.rps:g} req/s, {p.delay_us} us: the machine stayed too busy to "
-                    f"calibrate in 3 tries ({why})")
+        pytest.skip(
+            f"{p.rps:g} req/s, {p.delay_us} us: the machine stayed too busy to "
+            f"calibrate in 3 tries ({why})"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +83,9 @@ def points(profile: Profile, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     yield results
 
 
-def _measure_quiet(triton: TritonProcess, profile: Profile, rps: float,
-                   delay: int) -> CalibrationPoint:
+def _measure_quiet(
+    triton: TritonProcess, profile: Profile, rps: float, delay: int
+) -> CalibrationPoint:
     """Measure a point; measure again (up to 3 times) while the machine is starved of CPU.
 
     Other processes on the two cores can delay every wake-up by 100s of ms; the generator's
@@ -101,8 +104,9 @@ def _measure_quiet(triton: TritonProcess, profile: Profile, rps: float,
 
 
 @pytest.mark.parametrize("index", range(len(POINTS)), ids=[f"{r:g}rps-{d}us" for r, d in POINTS])
-def test_real_triton_matches_simulator(points: list[CalibrationPoint], index: int,
-                                       profile: Profile) -> None:
+def test_real_triton_matches_simulator(
+    points: list[CalibrationPoint], index: int, profile: Profile
+) -> None:
     p = points[index]
     _usable(p)
     assert p.failed == 0

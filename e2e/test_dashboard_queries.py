@@ -55,9 +55,7 @@ def query_range(url: str, expr: str, start: float, end: float) -> list[dict[str,
 
 
 def has_values(result: list[dict[str, Any]]) -> bool:
-    return any(
-        not math.isnan(float(v)) for series in result for _, v in series.get("values", [])
-    )
+    return any(not math.isnan(float(v)) for series in result for _, v in series.get("values", []))
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +84,12 @@ def model(cluster: Any, stack: Any) -> Iterator[dict[str, Any]]:
     manifest["spec"]["model"]["repository"] = str(stack.repository_dir)
     manifest["spec"]["autotune"]["intervalSeconds"] = 10
     parse_batched_model(manifest)  # a bad example fails here, with the field named
-    write_model_repository(stack.repository_dir, NAME,
-                           load_profile(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),
-                           max_queue_delay_us=manifest["spec"]["batching"][
-                               "maxQueueDelayMicroseconds"])
+    write_model_repository(
+        stack.repository_dir,
+        NAME,
+        load_profile(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),
+        max_queue_delay_us=manifest["spec"]["batching"]["maxQueueDelayMicroseconds"],
+    )
     cluster.kubectl("create", "namespace", NAMESPACE)
     cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     yield manifest

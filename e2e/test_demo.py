@@ -19,8 +19,14 @@ pytestmark = pytest.mark.e2e
 
 def test_demo_report_has_real_samples(cluster: Any, stack: Any, tmp_path: Path) -> None:
     lines: list[str] = []
-    result = run_demo(duration_s=40.0, report_dir=tmp_path, sample_s=4.0, cluster=cluster,
-                      stack=stack, say=lines.append)
+    result = run_demo(
+        duration_s=40.0,
+        report_dir=tmp_path,
+        sample_s=4.0,
+        cluster=cluster,
+        stack=stack,
+        say=lines.append,
+    )
     assert "interrupted" not in result.notes, "\n".join(lines)
     report = json.loads((tmp_path / "report.json").read_text())
     timeline = report["timeline"]

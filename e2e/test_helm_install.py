@@ -46,8 +46,10 @@ OPERATOR = "app.kubernetes.io/instance={release},app.kubernetes.io/component=ope
 
 
 def _ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in pod.get("status", {}).get("conditions") or [])
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in pod.get("status", {}).get("conditions") or []
+    )
 
 
 @dataclass
@@ -62,33 +64,39 @@ class Release:
 
 
 def _operator_pods(cluster: Any, release: Release) -> list[dict[str, Any]]:
-    return cluster.kubectl_json("get", "pods", "-n", release.namespace, "-l",
-                                OPERATOR.format(release=release.name))["items"]
+    return cluster.kubectl_json(
+        "get", "pods", "-n", release.namespace, "-l", OPERATOR.format(release=release.name)
+    )["items"]
 
 
 def _manifest(cluster: Any, release: Release) -> list[dict[str, Any]]:
-    text = helmchart.helm(cluster.kubeconfig, "get", "manifest", release.name,
-                          "-n", release.namespace)
+    text = helmchart.helm(
+        cluster.kubeconfig, "get", "manifest", release.name, "-n", release.namespace
+    )
     return [d for d in yaml.safe_load_all(text) if d]
 
 
 @pytest.fixture(scope="module")
-def release(cluster: Any, stack: Any, image: OperatorImage,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+def release(
+    cluster: Any, stack: Any, image: OperatorImage, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Release]:
     # One operator at a time: the stack's own (`batchop run` as a subprocess) would fight
     # the chart's over the same BatchedModels. Tests that need it start it again.
     stack.stop_operator()
-    runner = ImagePodRunner(cluster.kubeconfig,
-                            workdir=tmp_path_factory.mktemp("image-pods")).start()
+    runner = ImagePodRunner(
+        cluster.kubeconfig, workdir=tmp_path_factory.mktemp("image-pods")
+    ).start()
     name = f"batchop-{uuid.uuid4().hex[:5]}"
-    values = helmchart.local_values(image, stack.prometheus.url,
-                                    scrape_interval_s=stack.prometheus.scrape_interval_s)
+    values = helmchart.local_values(
+        image, stack.prometheus.url, scrape_interval_s=stack.prometheus.scrape_interval_s
+    )
     rel = Release(name, f"{name}-system", values, runner)
     try:
         helmchart.install(cluster.kubeconfig, values, release=name, namespace=rel.namespace)
         rel.manifest = _manifest(cluster, rel)
-        rel.jobs = helmchart.scrape_operator(stack.prometheus, cluster.kubeconfig, values,
-                                             release=name, namespace=rel.namespace)
+        rel.jobs = helmchart.scrape_operator(
+            stack.prometheus, cluster.kubeconfig, values, release=name, namespace=rel.namespace
+        )
         yield rel
     finally:
         try:
@@ -111,9 +119,12 @@ def model(cluster: Any, stack: Any, release: Release) -> Iterator[dict[str, Any]
     # rejects the odd request; the guard has its own test (e2e/test_overload.py).
     bm["spec"]["overload"] = {"policy": "Queue"}
     parse_batched_model(bm)
-    write_model_repository(stack.repository_dir, name,
-                           load_profile(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),
-                           max_queue_delay_us=500)
+    write_model_repository(
+        stack.repository_dir,
+        name,
+        load_profile(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),
+        max_queue_delay_us=500,
+    )
     cluster.kubectl("create", "namespace", namespace)
     cluster.kubectl("apply", "-f", "-", input=json.dumps(bm))
     yield bm
@@ -132,8 +143,9 @@ def _serving(cluster: Any, bm: dict[str, Any], replicas: int) -> dict[str, Any]:
     def reconciled() -> dict[str, Any] | None:
         got = _get_bm(cluster, bm)
         status = got.get("status") or {}
-        ready = any(c["type"] == "Ready" and c["status"] == "True"
-                    for c in status.get("conditions") or [])
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []
+        )
         return got if ready and status.get("readyReplicas") == replicas else None
 
     got = wait_for(reconciled, f"the operator to report {replicas} Ready replicas", 300)
@@ -146,8 +158,16 @@ def _serving(cluster: Any, bm: dict[str, Any], replicas: int) -> dict[str, Any]:
 
 def _lease_holder(cluster: Any, release: Release) -> str:
     # The chart names the Lease after the release (its full name).
-    got = cluster.kubectl("get", "lease", "-n", release.namespace, release.name,
-                          "-o", "jsonpath={.spec.holderIdentity}", check=False)
+    got = cluster.kubectl(
+        "get",
+        "lease",
+        "-n",
+        release.namespace,
+        release.name,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+        check=False,
+    )
     return got.stdout.strip() if got.returncode == 0 else ""
 
 
@@ -155,13 +175,17 @@ def test_install_runs_the_operator_pod_from_the_image(cluster: Any, release: Rel
     (pod,) = _operator_pods(cluster, release)
     assert _ready(pod)
     (container,) = pod["spec"]["containers"]
-    assert container["image"] == f"{release.values['image.repository']}:" \
-        f"{release.values['image.tag']}"
+    assert (
+        container["image"] == f"{release.values['image.repository']}:{release.values['image.tag']}"
+    )
     assert container["imagePullPolicy"] == "Never"
     key = (release.namespace, pod["metadata"]["name"])
     name = release.runner.running()[key]
-    info = json.loads(subprocess.run(["podman", "inspect", name], capture_output=True,
-                                     text=True, check=True).stdout)[0]
+    info = json.loads(
+        subprocess.run(
+            ["podman", "inspect", name], capture_output=True, text=True, check=True
+        ).stdout
+    )[0]
     assert info["State"]["Running"] is True
     assert info["Config"]["User"] == "10001:10001"
     assert info["HostConfig"]["ReadonlyRootfs"] is True
@@ -169,18 +193,24 @@ def test_install_runs_the_operator_pod_from_the_image(cluster: Any, release: Rel
     assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
     # The operator elected itself leader under its pod's name: it talks to the API server
     # with the mounted token and the in-cluster config.
-    holder = wait_for(lambda: _lease_holder(cluster, release),
-                      "the chart's operator to hold the Lease", 120)
+    holder = wait_for(
+        lambda: _lease_holder(cluster, release), "the chart's operator to hold the Lease", 120
+    )
     assert holder.startswith(pod["metadata"]["name"] + "_"), holder
 
 
 def test_a_killed_operator_container_is_restarted_and_counted(
-        cluster: Any, release: Release) -> None:
+    cluster: Any, release: Release
+) -> None:
     (pod,) = _operator_pods(cluster, release)
     key = (release.namespace, pod["metadata"]["name"])
     holder = wait_for(lambda: _lease_holder(cluster, release), "a Lease holder", 120)
-    subprocess.run(["podman", "kill", "--signal", "KILL", release.runner.running()[key]],
-                   capture_output=True, check=True, timeout=60)
+    subprocess.run(
+        ["podman", "kill", "--signal", "KILL", release.runner.running()[key]],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
 
     def restarted() -> dict[str, Any] | None:
         got = cluster.kubectl_json("get", "pod", "-n", release.namespace, key[1])
@@ -191,12 +221,16 @@ def test_a_killed_operator_container_is_restarted_and_counted(
     (status,) = got["status"]["containerStatuses"]
     assert status["lastState"]["terminated"]["exitCode"] == 137
     # The new process is a new candidate: it takes the Lease once the dead one's expires.
-    wait_for(lambda: _lease_holder(cluster, release) not in ("", holder),
-             "the restarted operator to take the Lease", 120)
+    wait_for(
+        lambda: _lease_holder(cluster, release) not in ("", holder),
+        "the restarted operator to take the Lease",
+        120,
+    )
 
 
 def test_the_operator_reconciles_a_batchedmodel_whose_triton_serves(
-        cluster: Any, release: Release, model: dict[str, Any]) -> None:
+    cluster: Any, release: Release, model: dict[str, Any]
+) -> None:
     got = _serving(cluster, model, replicas=1)
     assert got["status"]["observedGeneration"] == got["metadata"]["generation"]
 
@@ -217,17 +251,18 @@ def _as_bool(expr: str) -> str:
 
 
 def test_prometheus_scrapes_the_operator_through_the_charts_servicemonitor(
-        cluster: Any, stack: Any, release: Release, model: dict[str, Any]) -> None:
+    cluster: Any, stack: Any, release: Release, model: dict[str, Any]
+) -> None:
     """One Prometheus holds Triton's and the operator's series, as in a cluster: the
     operator's `namespace` label is the BatchedModel's (honorLabels), so every dashboard
     panel on the operator's series and every alert join finds the model."""
     _serving(cluster, model, replicas=1)
     namespace, name = model["metadata"]["namespace"], model["metadata"]["name"]
     (pod,) = _operator_pods(cluster, release)
-    targets = [t for t in stack.prometheus.active_targets()
-               if t["scrapePool"] in release.jobs]
+    targets = [t for t in stack.prometheus.active_targets() if t["scrapePool"] in release.jobs]
     assert [(t["labels"]["pod"], t["labels"]["job"]) for t in targets] == [
-        (pod["metadata"]["name"], f"{release.name}-metrics")], targets
+        (pod["metadata"]["name"], f"{release.name}-metrics")
+    ], targets
     source = BatchedModelPods(namespace, name, str(cluster.kubeconfig))
     # Load until every panel has shown data: the Decisions panel shows a decision for 30 s
     # after it, and the tuner raises the delay only once Triton's p99 (a minute-long
@@ -241,26 +276,43 @@ def test_prometheus_scrapes_the_operator_through_the_charts_servicemonitor(
     load = threading.Thread(target=drive, daemon=True)
     load.start()
     url = stack.prometheus.url
-    series = wait_for(lambda: _query(
-        url, f'batchop_ready_replicas{{namespace="{namespace}", batchedmodel="{name}"}}'),
-        "the operator's series for the model", 90)
+    series = wait_for(
+        lambda: _query(
+            url, f'batchop_ready_replicas{{namespace="{namespace}", batchedmodel="{name}"}}'
+        ),
+        "the operator's series for the model",
+        90,
+    )
     assert "exported_namespace" not in series[0]["metric"], series
     assert series[0]["metric"]["job"] == f"{release.name}-metrics"
-    panels = [(title, dashboard.substitute(q.expr, namespace, name, interval="30s"))
-              for title, q in dashboard.all_queries() if q.source == "operator"]
-    alerts = [(a["name"], _as_bool(a["expr"])) for a in dashboard.build_alerts()["alerts"]
-              if "absent(" not in a["expr"]
-              # a counter that exists only once an error happened: no series to join yet
-              and "reconcile_errors" not in a["expr"]]
+    panels = [
+        (title, dashboard.substitute(q.expr, namespace, name, interval="30s"))
+        for title, q in dashboard.all_queries()
+        if q.source == "operator"
+    ]
+    alerts = [
+        (a["name"], _as_bool(a["expr"]))
+        for a in dashboard.build_alerts()["alerts"]
+        if "absent(" not in a["expr"]
+        # a counter that exists only once an error happened: no series to join yet
+        and "reconcile_errors" not in a["expr"]
+    ]
     assert {n for n, _ in alerts} >= {"BatchedModelP99OverSLO", "BatchedModelCapacityLimited"}
 
     checks = [(f"panel {t}", e, False) for t, e in panels] + [
-        (f"alert {a}", e, True) for a, e in alerts]
+        (f"alert {a}", e, True) for a, e in alerts
+    ]
 
     def shows(expr: str, joined: bool) -> bool:
         rows = _query(url, expr)
-        return any((r["metric"].get("namespace"), r["metric"].get("batchedmodel"))
-                   == (namespace, name) for r in rows) if joined else bool(rows)
+        return (
+            any(
+                (r["metric"].get("namespace"), r["metric"].get("batchedmodel")) == (namespace, name)
+                for r in rows
+            )
+            if joined
+            else bool(rows)
+        )
 
     seen: set[str] = set()  # a panel or alert counts once it has shown the model's data
 
@@ -282,26 +334,33 @@ def test_prometheus_scrapes_the_operator_through_the_charts_servicemonitor(
     decided = f'batchop_decisions_total{{namespace="{namespace}", batchedmodel="{name}"}}'
     (marks,) = [e for t, e in panels if t == "Decisions (annotations)"]
     missed = f"panel Decisions (annotations): {marks}"
-    first = [min(float(ts) for ts, _ in r["values"])
-             for r in _query(url, f"{decided}[10m]")]
+    first = [min(float(ts) for ts, _ in r["values"]) for r in _query(url, f"{decided}[10m]")]
     if missed in left and first:
         assert _query(url, marks, at=min(first)), (marks, min(first))
         left.remove(missed)
     absent = [a["expr"] for a in dashboard.build_alerts()["alerts"] if "absent(" in a["expr"]]
     assert absent and all(_query(url, e) == [] for e in absent)  # the operator is scraped
     if left == [missed] and not first:
-        pytest.skip("Decisions panel not judged: the tuner made no decision for the model in "
-                    "the test's load (every other panel and alert showed the model's data)")
+        pytest.skip(
+            "Decisions panel not judged: the tuner made no decision for the model in "
+            "the test's load (every other panel and alert showed the model's data)"
+        )
     assert not left, "no data with the model's namespace for: " + "; ".join(left)
 
 
 def test_upgrade_rolls_the_operator_and_it_keeps_working(
-        cluster: Any, release: Release, model: dict[str, Any]) -> None:
+    cluster: Any, release: Release, model: dict[str, Any]
+) -> None:
     _serving(cluster, model, replicas=1)
     (old,) = _operator_pods(cluster, release)
     release.values = {**release.values, "verbose": "true"}
-    helmchart.install(cluster.kubeconfig, release.values, release=release.name,
-                      namespace=release.namespace, upgrade=True)
+    helmchart.install(
+        cluster.kubeconfig,
+        release.values,
+        release=release.name,
+        namespace=release.namespace,
+        upgrade=True,
+    )
 
     def rolled() -> dict[str, Any] | None:
         pods = _operator_pods(cluster, release)
@@ -311,21 +370,35 @@ def test_upgrade_rolls_the_operator_and_it_keeps_working(
     new = wait_for(rolled, "the upgrade to replace the operator pod", 180)
     env = {e["name"]: e.get("value") for e in new["spec"]["containers"][0]["env"]}
     assert env["BATCHOP_VERBOSE"] == "true"
-    wait_for(lambda: (release.namespace, old["metadata"]["name"]) not in release.runner.running(),
-             "the old pod's container to stop", 90)
-    wait_for(lambda: _lease_holder(cluster, release).startswith(new["metadata"]["name"] + "_"),
-             "the new operator to take the Lease", 120)
+    wait_for(
+        lambda: (release.namespace, old["metadata"]["name"]) not in release.runner.running(),
+        "the old pod's container to stop",
+        90,
+    )
+    wait_for(
+        lambda: _lease_holder(cluster, release).startswith(new["metadata"]["name"] + "_"),
+        "the new operator to take the Lease",
+        120,
+    )
     # It acts: a scale-up of the BatchedModel is carried out by the new pod.
     meta = model["metadata"]
-    cluster.kubectl("patch", "batchedmodel", "-n", meta["namespace"], meta["name"],
-                    "--type=merge", "-p", json.dumps({"spec": {"scaling": {"replicas": 2}}}))
+    cluster.kubectl(
+        "patch",
+        "batchedmodel",
+        "-n",
+        meta["namespace"],
+        meta["name"],
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"scaling": {"replicas": 2}}}),
+    )
     _serving(cluster, model, replicas=2)
 
 
-def test_uninstall_leaves_nothing_of_the_chart_but_the_crd(
-        cluster: Any, release: Release) -> None:
-    objects = [(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
-               for d in release.manifest]
+def test_uninstall_leaves_nothing_of_the_chart_but_the_crd(cluster: Any, release: Release) -> None:
+    objects = [
+        (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) for d in release.manifest
+    ]
     kinds = {kind for kind, _, _ in objects}
     assert {"Deployment", "ServiceAccount", "Service", "ClusterRole"} <= kinds, kinds
     helmchart.uninstall(cluster.kubeconfig, release=release.name, namespace=release.namespace)
@@ -333,20 +406,30 @@ def test_uninstall_leaves_nothing_of_the_chart_but_the_crd(
     left = []
     for kind, name, namespace in objects:
         where = ["-n", namespace] if namespace else []
-        got = cluster.kubectl("get", kind.lower(), name, *where, "--ignore-not-found",
-                              "-o", "name")
+        got = cluster.kubectl("get", kind.lower(), name, *where, "--ignore-not-found", "-o", "name")
         if got.stdout.strip():
             left.append(got.stdout.strip())
     assert left == [], f"helm uninstall left {left}"
     # Nothing labelled as the release's either (objects the chart might create at run time).
     labelled = cluster.kubectl(
-        "get", "all,serviceaccount,configmap,role,rolebinding,clusterrole,clusterrolebinding,"
-        "poddisruptionbudget", "-A", "-l", f"app.kubernetes.io/instance={release.name}",
-        "-o", "name").stdout.split()
+        "get",
+        "all,serviceaccount,configmap,role,rolebinding,clusterrole,clusterrolebinding,"
+        "poddisruptionbudget",
+        "-A",
+        "-l",
+        f"app.kubernetes.io/instance={release.name}",
+        "-o",
+        "name",
+    ).stdout.split()
     wait_for(lambda: not _operator_pods(cluster, release), "the operator pod to go", 120)
     assert [o for o in labelled if not o.startswith("pod/")] == []
     crd = cluster.kubectl("get", "crd", "batchedmodels.batchop.io", "-o", "name")
-    assert crd.stdout.strip() == "customresourcedefinition.apiextensions.k8s.io/" \
+    assert (
+        crd.stdout.strip() == "customresourcedefinition.apiextensions.k8s.io/"
         "batchedmodels.batchop.io"
-    wait_for(lambda: not [k for k in release.runner.running() if k[0] == release.namespace],
-             "the runner to stop the operator's container", 90)
+    )
+    wait_for(
+        lambda: not [k for k in release.runner.running() if k[0] == release.namespace],
+        "the runner to stop the operator's container",
+        90,
+    )

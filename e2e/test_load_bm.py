@@ -48,14 +48,21 @@ def _bm(name: str, namespace: str) -> dict[str, Any]:
 
 
 def _pod(name: str, namespace: str, bm: str, repo: Path) -> dict[str, Any]:
-    args = [f"--model-repository={repo}", "--model-control-mode=explicit",
-            f"--load-model={MODEL}"]
+    args = [f"--model-repository={repo}", "--model-control-mode=explicit", f"--load-model={MODEL}"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MODEL: bm}},
-        "spec": {"containers": [{"name": "tritonserver", "image": "triton:none",
-                                 "command": ["tritonserver"], "args": args}]},
+        "spec": {
+            "containers": [
+                {
+                    "name": "tritonserver",
+                    "image": "triton:none",
+                    "command": ["tritonserver"],
+                    "args": args,
+                }
+            ]
+        },
     }
 
 
@@ -74,10 +81,13 @@ def _ready_ips(cluster: Any, namespace: str, bm: str, want: int) -> list[str]:
     while time.monotonic() < deadline:
         pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", f"{LABEL_MODEL}={bm}")
         ips = [
-            p["status"]["podIP"] for p in pods["items"]
+            p["status"]["podIP"]
+            for p in pods["items"]
             if p["status"].get("podIP")
-            and any(c["type"] == "Ready" and c["status"] == "True"
-                    for c in p["status"].get("conditions", []))
+            and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions", [])
+            )
         ]
         if len(ips) >= want and all(_triton_ready(ip) for ip in ips):
             return sorted(ips)
@@ -87,10 +97,16 @@ def _ready_ips(cluster: Any, namespace: str, bm: str, want: int) -> list[str]:
 
 @pytest.fixture
 def namespace(cluster: Any) -> Iterator[str]:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f",
-                    str(ROOT / "crds" / "batchedmodel.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/batchedmodels.batchop.io")
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        str(ROOT / "crds" / "batchedmodel.yaml"),
+    )
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/batchedmodels.batchop.io"
+    )
     ns = f"load-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", ns)
     yield ns
@@ -104,11 +120,16 @@ def test_load_spreads_over_ready_pods_of_the_batchedmodel(
         stack.stop_operator()
     repo = tmp_path / "repo"
     write_model_repository(repo, MODEL, load_profile(PROFILE), max_queue_delay_us=1000)
-    objs = [_bm("demo", namespace), _bm("other", namespace),
-            _pod("demo-a", namespace, "demo", repo), _pod("demo-b", namespace, "demo", repo),
-            _pod("other-a", namespace, "other", repo)]
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                        "items": objs}))
+    objs = [
+        _bm("demo", namespace),
+        _bm("other", namespace),
+        _pod("demo-a", namespace, "demo", repo),
+        _pod("demo-b", namespace, "demo", repo),
+        _pod("other-a", namespace, "other", repo),
+    ]
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
+    )
     ips = _ready_ips(cluster, namespace, "demo", 2)
     assert all(ip.startswith("127.") for ip in ips)
 
@@ -119,10 +140,25 @@ def test_load_spreads_over_ready_pods_of_the_batchedmodel(
 
     out = tmp_path / "load.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "batchop", "load", "--rps", "80", "--duration", "4",
-         "--bm", f"{namespace}/demo", "--kubeconfig", str(cluster.kubeconfig),
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "batchop",
+            "load",
+            "--rps",
+            "80",
+            "--duration",
+            "4",
+            "--bm",
+            f"{namespace}/demo",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())

@@ -32,12 +32,16 @@ def test_observer_reads_real_triton_metrics(tmp_path: Path) -> None:
     labels = {"namespace": "team", BM_LABEL: "demo", "pod": "demo-0"}
     with (
         TritonProcess(tmp_path / "repo", address, load_models=["demo"]) as triton,
-        PrometheusServer(None, static_targets=[(f"{address}:8002", labels)],
-                         scrape_interval_s=1) as prom,
+        PrometheusServer(
+            None, static_targets=[(f"{address}:8002", labels)], scrape_interval_s=1
+        ) as prom,
     ):
         observer = PrometheusObserver(prom.url, window="10s")
-        report = asyncio.run(run_load(constant_trace(80.0, 12.0),
-                                      StaticTargets([triton.url], "demo"), keep_records=False))
+        report = asyncio.run(
+            run_load(
+                constant_trace(80.0, 12.0), StaticTargets([triton.url], "demo"), keep_records=False
+            )
+        )
         assert report["ok"] > 0, report
         time.sleep(2.0)  # one more scrape after the last request
         parts = observer.observe()
@@ -59,6 +63,7 @@ def test_observer_reads_real_triton_metrics(tmp_path: Path) -> None:
     history = with_history[("team", "demo")].rate_history
     assert history and max(r for _, r in history) > 0, history
     assert [t for t, _ in history] == sorted(t for t, _ in history)
-    obs = build_observation(got, time_s=time.time(), replicas=1, ready_replicas=1,
-                            delay_us=2000, max_age_s=30)
+    obs = build_observation(
+        got, time_s=time.time(), replicas=1, ready_replicas=1, delay_us=2000, max_age_s=30
+    )
     assert obs.complete and obs.rps == got.rps

@@ -45,7 +45,9 @@ _ADDRESSES = itertools.count(120)
 def server(tmp_path: Path) -> Iterator[TritonProcess]:
     write_model_repository(tmp_path / "repo", MODEL, SLOW, max_queue_delay_us=0)
     with TritonProcess(
-        tmp_path / "repo", address=f"127.0.77.{next(_ADDRESSES)}", load_models=[MODEL],
+        tmp_path / "repo",
+        address=f"127.0.77.{next(_ADDRESSES)}",
+        load_models=[MODEL],
         log_path=tmp_path / "triton.log",
     ) as triton:
         yield triton
@@ -55,8 +57,9 @@ def _overload(server: TritonProcess, seed: int) -> dict[str, Any]:
     """Drive OFFERED_RPS for SECONDS; the report plus client latencies split by outcome."""
     before = failures_by_reason(server.metrics_url, MODEL)
     report = asyncio.run(
-        run_load(constant_trace(OFFERED_RPS, SECONDS), StaticTargets([server.url], MODEL),
-                 seed=seed)
+        run_load(
+            constant_trace(OFFERED_RPS, SECONDS), StaticTargets([server.url], MODEL), seed=seed
+        )
     )
     after = failures_by_reason(server.metrics_url, MODEL)
     latency = np.array([np.nan if v is None else v for v in report["records"]["latency_ms"]])
@@ -64,8 +67,9 @@ def _overload(server: TritonProcess, seed: int) -> dict[str, Any]:
     report["served_ms"] = latency[ok]
     report["refused_ms"] = latency[~ok & ~np.isnan(latency)]
     report["rejected_counted"] = after.get("REJECTED", 0) - before.get("REJECTED", 0)
-    report["other_failures"] = sum(after.values()) - sum(before.values()) - report[
-        "rejected_counted"]
+    report["other_failures"] = (
+        sum(after.values()) - sum(before.values()) - report["rejected_counted"]
+    )
     return report
 
 

@@ -42,8 +42,10 @@ def _pods(cluster: Any) -> list[dict[str, Any]]:
 
 
 def _ready(pod: dict[str, Any]) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True"
-               for c in pod.get("status", {}).get("conditions") or [])
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in pod.get("status", {}).get("conditions") or []
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,20 +57,34 @@ def deployed(cluster: Any, stack: Any) -> Any:
     manifest["spec"]["model"]["repository"] = str(stack.repository_dir)
     manifest["spec"]["scaling"]["replicas"] = 2
     bm = parse_batched_model(manifest)
-    write_model_repository(stack.repository_dir, NAME,
-                           load_profile(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),
-                           max_queue_delay_us=1000)
+    write_model_repository(
+        stack.repository_dir,
+        NAME,
+        load_profile(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),
+        max_queue_delay_us=1000,
+    )
     cluster.kubectl("create", "namespace", NAMESPACE)
     children = render_children(bm, RenderOptions(pod_monitor=False))
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                          "items": children}))
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": children}),
+    )
     yield bm
     cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
 
 
 def test_pods_get_a_real_triton_and_turn_ready(cluster: Any, stack: Any, deployed: Any) -> None:
-    pods = wait_for(lambda: [p for p in _pods(cluster) if _ready(p)]
-                    if sum(_ready(p) for p in _pods(cluster)) == 2 else None, "2 Ready pods", 180)
+    pods = wait_for(
+        lambda: (
+            [p for p in _pods(cluster) if _ready(p)]
+            if sum(_ready(p) for p in _pods(cluster)) == 2
+            else None
+        ),
+        "2 Ready pods",
+        180,
+    )
     servers = stack.runner.servers()
     for pod in pods:
         key = (NAMESPACE, pod["metadata"]["name"])
@@ -85,8 +101,11 @@ def test_prometheus_scrapes_pods_and_observer_sees_load(
     wait_for(lambda: sum(_ready(p) for p in _pods(cluster)) == 2, "2 Ready pods", 180)
 
     def scraped() -> list[dict[str, Any]]:
-        ups = [t for t in stack.prometheus.active_targets()
-               if t["labels"].get("batchedmodel") == NAME and t["health"] == "up"]
+        ups = [
+            t
+            for t in stack.prometheus.active_targets()
+            if t["labels"].get("batchedmodel") == NAME and t["health"] == "up"
+        ]
         return ups if len(ups) == 2 else []
 
     targets = wait_for(scraped, "Prometheus scraping both pods", 60)
@@ -132,5 +151,8 @@ def test_server_stops_when_its_pod_goes(cluster: Any, stack: Any, deployed: Any)
     wait_for(lambda: sum(_ready(p) for p in _pods(cluster)) == 2, "2 Ready pods", 180)
     cluster.kubectl("scale", "deployment", "-n", NAMESPACE, "--all", "--replicas=1")
     wait_for(lambda: len(_pods(cluster)) == 1, "one pod left", 120)
-    wait_for(lambda: len([k for k in stack.runner.servers() if k[0] == NAMESPACE]) == 1,
-             "one tritonserver left", 30)
+    wait_for(
+        lambda: len([k for k in stack.runner.servers() if k[0] == NAMESPACE]) == 1,
+        "one tritonserver left",
+        30,
+    )

@@ -115,8 +115,10 @@ def test_reload_is_hitless_under_load_and_keeps_counters(server: TritonProcess) 
     latencies = report["records"]["latency_ms"]
     slow = sum(1 for lat in latencies if lat is not None and lat > 1000)
     if report["send_lag_p99_ms"] >= 100:
-        pytest.skip(f"reload wait not judged: load generator's send lag p99 "
-                    f"{report['send_lag_p99_ms']} ms >= 100 ms ({slow} requests took > 1 s)")
+        pytest.skip(
+            f"reload wait not judged: load generator's send lag p99 "
+            f"{report['send_lag_p99_ms']} ms >= 100 ms ({slow} requests took > 1 s)"
+        )
     assert slow <= 0.005 * len(latencies), f"{slow} requests took > 1 s"
 
 
@@ -156,9 +158,27 @@ def test_cli_load_direct_mode(server: TritonProcess, tmp_path: Path) -> None:
     trace = tmp_path / "trace.csv"  # 20 s at 30/s, then 10 s at 120/s; played 10x faster, x2
     trace.write_text("second,rps\n0,30\n20,120\n30,0\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "batchop", "load", "--trace", str(trace), "--time-scale", "0.1",
-         "--rate-scale", "2", "--url", server.url, "--model", MODEL, "--json", str(out)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "batchop",
+            "load",
+            "--trace",
+            str(trace),
+            "--time-scale",
+            "0.1",
+            "--rate-scale",
+            "2",
+            "--url",
+            server.url,
+            "--model",
+            MODEL,
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
@@ -173,8 +193,9 @@ def test_cli_load_direct_mode(server: TritonProcess, tmp_path: Path) -> None:
 
 def test_stop_ends_the_server_and_its_python_stub(tmp_path: Path) -> None:
     write_model_repository(tmp_path / "repo", MODEL, load_profile(PROFILE))
-    triton = TritonProcess(tmp_path / "repo", address=f"127.0.77.{next(_ADDRESSES)}",
-                           load_models=[MODEL])
+    triton = TritonProcess(
+        tmp_path / "repo", address=f"127.0.77.{next(_ADDRESSES)}", load_models=[MODEL]
+    )
     with triton:
         pid = triton.proc.pid
         names = {Path(f"/proc/{p}/comm").read_text().strip() for p in session_pids(pid)}

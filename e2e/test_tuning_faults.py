@@ -80,39 +80,51 @@ def test_prometheus_outage_holds_then_resumes_and_a_rejected_reload_keeps_servin
     load: Any = None
     try:
         cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
-        wait_for(lambda: (_bm(cluster).get("status") or {}).get("readyReplicas"), "a Ready pod",
-                 PATIENCE_S)
+        wait_for(
+            lambda: (_bm(cluster).get("status") or {}).get("readyReplicas"),
+            "a Ready pod",
+            PATIENCE_S,
+        )
         source = BatchedModelPods(NAMESPACE, NAME, kubeconfig=str(cluster.kubeconfig))
         # Background traffic so Triton's series (p99 included) exist; cancelled at the end.
         load = _LoadThread(Trace(seconds=(0.0, 900.0), rps=(30.0, 30.0), name="bg"), source)
         load.start()
-        wait_for(lambda: _condition(_bm(cluster), "MetricsAvailable").get("status") == "True",
-                 "MetricsAvailable=True with Triton's series in Prometheus", PATIENCE_S)
+        wait_for(
+            lambda: _condition(_bm(cluster), "MetricsAvailable").get("status") == "True",
+            "MetricsAvailable=True with Triton's series in Prometheus",
+            PATIENCE_S,
+        )
 
         # --- Prometheus down: hold; back: resume -------------------------------------------
         before = _bm(cluster)
         stack.prometheus.stop()
         try:
             down = wait_for(
-                lambda: _condition(_bm(cluster), "MetricsAvailable").get("status") == "False"
-                and _bm(cluster),
-                "MetricsAvailable=False while Prometheus is down", PATIENCE_S,
+                lambda: (
+                    _condition(_bm(cluster), "MetricsAvailable").get("status") == "False"
+                    and _bm(cluster)
+                ),
+                "MetricsAvailable=False while Prometheus is down",
+                PATIENCE_S,
             )
             assert "Prometheus unavailable" in _condition(down, "MetricsAvailable")["message"]
             assert _condition(down, "SLOMet")["status"] == "Unknown"
             time.sleep(20)  # two more intervals without data: nothing may be decided
             held = _bm(cluster)
-            assert (held["status"].get("lastDecision") == before["status"].get("lastDecision"))
+            assert held["status"].get("lastDecision") == before["status"].get("lastDecision")
             assert held["spec"]["scaling"] == before["spec"]["scaling"]
         finally:
             stack.prometheus.start()
         # p99 (a gauge) is back after one scrape; a rate needs two samples inside its window,
         # and the outage outlasted the window: the tuner has resumed once both are in status.
         back = wait_for(
-            lambda: _condition(_bm(cluster), "MetricsAvailable").get("status") == "True"
-            and (_bm(cluster).get("status") or {}).get("metrics", {}).get("requestsPerSecond")
-            and _bm(cluster),
-            "MetricsAvailable=True and requestsPerSecond again once Prometheus is back", PATIENCE_S,
+            lambda: (
+                _condition(_bm(cluster), "MetricsAvailable").get("status") == "True"
+                and (_bm(cluster).get("status") or {}).get("metrics", {}).get("requestsPerSecond")
+                and _bm(cluster)
+            ),
+            "MetricsAvailable=True and requestsPerSecond again once Prometheus is back",
+            PATIENCE_S,
         )
         # The pod was brought to the spec's delay and queue policy over gRPC (the hitless
         # path; HTTP is the fallback that stalls requests), and status says which was used.
@@ -120,38 +132,60 @@ def test_prometheus_outage_holds_then_resumes_and_a_rejected_reload_keeps_servin
 
         # --- Triton rejects the reload: old model keeps serving --------------------------
         (model_dir / "profile.json").write_text("not json: the model cannot initialise\n")
-        cluster.kubectl("patch", "bm", NAME, "-n", NAMESPACE, "--type=merge", "-p",
-                        json.dumps({"spec": {"batching": {
-                            "maxQueueDelayMicroseconds": NEW_DELAY_US}}}))
+        cluster.kubectl(
+            "patch",
+            "bm",
+            NAME,
+            "-n",
+            NAMESPACE,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"batching": {"maxQueueDelayMicroseconds": NEW_DELAY_US}}}),
+        )
 
         def rejected() -> list[dict[str, Any]]:
             listing = cluster.kubectl_json(
-                "get", "events", "-n", NAMESPACE, "--field-selector",
+                "get",
+                "events",
+                "-n",
+                NAMESPACE,
+                "--field-selector",
                 f"involvedObject.name={NAME}",
             )
-            return [e for e in listing["items"] if e["reason"] == "ReloadFailed"
-                    and f"delay {NEW_DELAY_US} us not applied" in e["message"]]
+            return [
+                e
+                for e in listing["items"]
+                if e["reason"] == "ReloadFailed"
+                and f"delay {NEW_DELAY_US} us not applied" in e["message"]
+            ]
 
-        failed = wait_for(rejected, f"a ReloadFailed event for the {NEW_DELAY_US} us delay",
-                          PATIENCE_S)
+        failed = wait_for(
+            rejected, f"a ReloadFailed event for the {NEW_DELAY_US} us delay", PATIENCE_S
+        )
         print(f"\n[faults] ReloadFailed: {failed[0]['message']}")
         degraded = wait_for(
-            lambda: (c := _condition(_bm(cluster), "Degraded")).get("reason")
-            == "DelayNotApplied" and c,
-            "Degraded=DelayNotApplied", PATIENCE_S,
+            lambda: (
+                (c := _condition(_bm(cluster), "Degraded")).get("reason") == "DelayNotApplied" and c
+            ),
+            "Degraded=DelayNotApplied",
+            PATIENCE_S,
         )
         assert degraded["status"] == "True" and NAME in degraded["message"]
-        pods = cluster.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
-                                    f"{LABEL_MODEL}={NAME}")["items"]
+        pods = cluster.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", f"{LABEL_MODEL}={NAME}")[
+            "items"
+        ]
         (pod,) = pods
         assert pod["metadata"]["annotations"][ANNOTATION_DELAY] == str(START_DELAY_US)
         live = asyncio.run(get_model_config(f"{pod['status']['podIP']}:8000", NAME))
         assert live["dynamic_batching"]["max_queue_delay_microseconds"] == START_DELAY_US
         # The old model keeps serving after the rejection: every request answered.
-        after = asyncio.run(run_load(
-            Trace(seconds=(0.0, 10.0), rps=(30.0, 30.0), name="after"), source,
-            keep_records=False,
-        ))
+        after = asyncio.run(
+            run_load(
+                Trace(seconds=(0.0, 10.0), rps=(30.0, 30.0), name="after"),
+                source,
+                keep_records=False,
+            )
+        )
         assert after["ok"] > 0 and after["failed"] == 0, after["errors"]
     finally:
         if load is not None:

@@ -115,7 +115,8 @@ def test_step_up_scales_out_step_down_gives_back_and_reloads_are_hitless(
             time.sleep(1)
         trace = tmp_path / "trace.csv"
         trace.write_text(
-            "second,rps\n" + "".join(f"{s:g},{r:g}\n" for s, _, r in STEPS)
+            "second,rps\n"
+            + "".join(f"{s:g},{r:g}\n" for s, _, r in STEPS)
             + f"{STEPS[-1][1]:g},{LOW:g}\n"
         )
         out = tmp_path / "load.json"
@@ -145,17 +146,20 @@ def _poll(cluster: Any, load: subprocess.Popen[str], t_start: float) -> list[dic
     samples = []
     while load.poll() is None:
         status = _get(cluster).get("status") or {}
-        pods = cluster.kubectl_json("get", "pods", "-n", NAMESPACE, "-l",
-                                    f"{LABEL_MODEL}={NAME}")["items"]
-        samples.append({
-            "t": round(time.time() - t_start, 1),
-            "replicas": int(status.get("replicas") or 0),
-            "ready": int(status.get("readyReplicas") or 0),
-            "delay_us": status.get("maxQueueDelayMicroseconds"),
-            "decision": status.get("lastDecision") or {},
-            "p99_ms": (status.get("metrics") or {}).get("p99LatencyMilliseconds"),
-            "pod_ips": sorted(p["status"].get("podIP") or "" for p in pods),
-        })
+        pods = cluster.kubectl_json("get", "pods", "-n", NAMESPACE, "-l", f"{LABEL_MODEL}={NAME}")[
+            "items"
+        ]
+        samples.append(
+            {
+                "t": round(time.time() - t_start, 1),
+                "replicas": int(status.get("replicas") or 0),
+                "ready": int(status.get("readyReplicas") or 0),
+                "delay_us": status.get("maxQueueDelayMicroseconds"),
+                "decision": status.get("lastDecision") or {},
+                "p99_ms": (status.get("metrics") or {}).get("p99LatencyMilliseconds"),
+                "pod_ips": sorted(p["status"].get("podIP") or "" for p in pods),
+            }
+        )
         time.sleep(POLL_S)
     return samples
 
@@ -181,12 +185,15 @@ def _judge(
     (_, up_at, _), (_, down_at, _) = STEPS[0], STEPS[1]
     story = "\n".join(
         f"t={d['t']:6.1f}s replicas={d['replicas']} delay={d['maxQueueDelayMicroseconds']} "
-        f"{d['reason'][:110]}" for d in decisions
+        f"{d['reason'][:110]}"
+        for d in decisions
     )
     figures = [(s["t"], s["replicas"], s["ready"], s["delay_us"], s["p99_ms"]) for s in samples]
     print(f"\n[steps] decisions:\n{story}\n[steps] (t, replicas, ready, delay, p99): {figures}")
-    print(f"[steps] load: {report['requests']} requests, {report['failed']} failed, "
-          f"send lag p99 {report['send_lag_p99_ms']} ms, errors {report['errors']}")
+    print(
+        f"[steps] load: {report['requests']} requests, {report['failed']} failed, "
+        f"send lag p99 {report['send_lag_p99_ms']} ms, errors {report['errors']}"
+    )
 
     before_up = [d for d in decisions if d["t"] < up_at]
     start = before_up[-1] if before_up else {"replicas": 1, "maxQueueDelayMicroseconds": 500}
@@ -206,9 +213,7 @@ def _judge(
     bad = [
         (round(s, 1), tgt)
         for s, ok, tgt in zip(rec["send_s"], rec["ok"], rec["target"], strict=True)
-        if not ok and (
-            tgt.split(":")[0] in final_ips or not scale_down or s < scale_down[0] - 1
-        )
+        if not ok and (tgt.split(":")[0] in final_ips or not scale_down or s < scale_down[0] - 1)
     ]
     unjudged: list[str] = []
     lag = report["send_lag_p99_ms"]
@@ -223,33 +228,43 @@ def _judge(
         for error in report["errors"]
     )
     if bad and lag >= STARVED_LAG_MS and timeouts_only:
-        unjudged.append(f"hitless not judged: {len(bad)} client timeouts with send lag p99 "
-                        f"{lag} ms >= {STARVED_LAG_MS:g} ms (a starved machine)")
+        unjudged.append(
+            f"hitless not judged: {len(bad)} client timeouts with send lag p99 "
+            f"{lag} ms >= {STARVED_LAG_MS:g} ms (a starved machine)"
+        )
     else:
-        assert not bad, (f"{len(bad)} failed requests not explained by a scale-down: "
-                         f"{bad[:10]}; errors {report['errors']}")
+        assert not bad, (
+            f"{len(bad)} failed requests not explained by a scale-down: "
+            f"{bad[:10]}; errors {report['errors']}"
+        )
     if lag < STARVED_LAG_MS:
         # Removed pods drain (preStop sleep, honoured by the pod runner) longer than the load
         # generator takes to drop them: on a machine that keeps its schedule none fails.
         assert report["failed"] == 0, f"{report['failed']} failed requests: {report['errors']}"
     elif report["failed"]:
-        unjudged.append(f"{report['failed']} failures on removed pods not judged (send lag "
-                        f"p99 {lag} ms >= {STARVED_LAG_MS:g} ms: a starved machine)")
+        unjudged.append(
+            f"{report['failed']} failures on removed pods not judged (send lag "
+            f"p99 {lag} ms >= {STARVED_LAG_MS:g} ms: a starved machine)"
+        )
 
     start_unix = report["start_unix"]
     peak = max(s["replicas"] for s in samples if up_at <= s["t"] <= down_at + 30)
     end = samples[-1]["replicas"]
     low_end = STEPS[2][1]
     low_p99 = triton_p99(prometheus_url, low_end, start_unix, worst_of_s=low_end - down_at - 30)
-    print(f"[steps] Triton's worst p99 in the step down after 30 s: {low_p99} ms; replicas "
-          f"{peak} -> {end}")
+    print(
+        f"[steps] Triton's worst p99 in the step down after 30 s: {low_p99} ms; replicas "
+        f"{peak} -> {end}"
+    )
     if peak == 1:
         assert end == 1
     elif end >= peak and low_p99 is not None and low_p99 > SLO_MS:
         # The policy never scales down while the p99 it reads breaks the SLO: holding is right.
         # (A give-back is judged whatever that p99: seen 2 -> 1 at 50.7 ms, the step up's.)
-        unjudged.append(f"give-back not judged: Triton's p99 {low_p99:.1f} ms > SLO in the "
-                        "step down (the machine was too slow to serve it)")
+        unjudged.append(
+            f"give-back not judged: Triton's p99 {low_p99:.1f} ms > SLO in the "
+            "step down (the machine was too slow to serve it)"
+        )
     else:
         assert end < peak, f"the step down gave no replica back ({peak} -> {end}):\n{story}"
 
@@ -263,24 +278,33 @@ def _judge(
             continue
         p99, n = client_p99(report["records"], end_s - SETTLED_S, end_s)
         server = triton_p99(prometheus_url, end_s, start_unix)
-        print(f"[steps] settled p99 at {rps:g} req/s: clients {p99} ms over {n} requests, "
-              f"Triton {server} ms; (replicas, ready): {shape}")
+        print(
+            f"[steps] settled p99 at {rps:g} req/s: clients {p99} ms over {n} requests, "
+            f"Triton {server} ms; (replicas, ready): {shape}"
+        )
         assert n > 0 and p99 is not None
-        moved = [d for prev, d in pairwise(decisions)
-                 if end_s - 60 <= d["t"] <= end_s and d["replicas"] != prev["replicas"]]
+        moved = [
+            d
+            for prev, d in pairwise(decisions)
+            if end_s - 60 <= d["t"] <= end_s and d["replicas"] != prev["replicas"]
+        ]
         if lag <= SLO_MS * TOLERANCE:
             which, value = "clients'", p99
         elif moved and server is not None and p99 <= SLO_MS * (1 + TOLERANCE):
             # Triton's p99 is a worst-pod summary over about a minute: a replica added in it
             # shows its first requests' wait (seen: 158 ms while the clients' p99 was 34 ms).
-            unjudged.append(f"p99 at {rps:g} req/s not judged: replicas moved in Triton's "
-                            f"last minute, Triton {server} ms, clients {p99:.1f} ms")
+            unjudged.append(
+                f"p99 at {rps:g} req/s not judged: replicas moved in Triton's "
+                f"last minute, Triton {server} ms, clients {p99:.1f} ms"
+            )
             continue
         elif server is not None:
             which, value = "Triton's", server  # the generator's lag is not in it
         else:
-            unjudged.append(f"p99 at {rps:g} req/s not judged: send lag p99 {lag} ms and no "
-                            "Triton p99 series in Prometheus")
+            unjudged.append(
+                f"p99 at {rps:g} req/s not judged: send lag p99 {lag} ms and no "
+                "Triton p99 series in Prometheus"
+            )
             continue
         assert value <= SLO_MS * (1 + TOLERANCE), (
             f"{which} p99 {value:.1f} ms over SLO {SLO_MS:g} ms (+{TOLERANCE:.0%}) in the last "

@@ -94,13 +94,13 @@ PANELS: tuple[Panel, ...] = (
         "ms",
         (
             Query(
-                f'{_rate("nv_inference_queue_duration_us")} / '
-                f'{_rate("nv_inference_request_success")} / 1000',
+                f"{_rate('nv_inference_queue_duration_us')} / "
+                f"{_rate('nv_inference_request_success')} / 1000",
                 "queue",
             ),
             Query(
-                f'{_rate("nv_inference_compute_infer_duration_us")} / '
-                f'{_rate("nv_inference_request_success")} / 1000',
+                f"{_rate('nv_inference_compute_infer_duration_us')} / "
+                f"{_rate('nv_inference_request_success')} / 1000",
                 "compute",
             ),
         ),
@@ -112,7 +112,7 @@ PANELS: tuple[Panel, ...] = (
         "short",
         (
             Query(
-                f'{_rate("nv_inference_count")} / {_rate("nv_inference_exec_count")}',
+                f"{_rate('nv_inference_count')} / {_rate('nv_inference_exec_count')}",
                 "inferences per execution",
             ),
         ),
@@ -142,7 +142,7 @@ PANELS: tuple[Panel, ...] = (
         (
             Query(f"max {BY} (batchop_desired_replicas{{{SEL}}})", "desired", "operator"),
             Query(f"max {BY} (batchop_ready_replicas{{{SEL}}})", "ready", "operator"),
-            Query(f'count {BY} (up{{{SEL}}} == 1)', "pods scraped"),
+            Query(f"count {BY} (up{{{SEL}}} == 1)", "pods scraped"),
         ),
         "Replica count batchop set, ready replicas, and Triton pods Prometheus scrapes.",
     ),
@@ -337,8 +337,7 @@ ALERTS: tuple[Alert, ...] = (
         "BatchedModelMetricsUnavailable",
         f'max {BY} (batchop_condition{{type="MetricsAvailable"}}) == 0',
         "metricsUnavailableFor",
-        "batchop cannot read Triton metrics for "
-        "{{ $labels.namespace }}/{{ $labels.batchedmodel }}",
+        "batchop cannot read Triton metrics for {{ $labels.namespace }}/{{ $labels.batchedmodel }}",
         "Without metrics batchop holds the delay and replicas where they are. Check that "
         "Prometheus scrapes the model's pods and that the operator can reach Prometheus.",
     ),
@@ -354,8 +353,7 @@ ALERTS: tuple[Alert, ...] = (
         "BatchopReconcileErrors",
         f"sum {BY} (increase(batchop_reconcile_errors_total[10m])) > 0",
         "reconcileErrorsFor",
-        "batchop keeps failing to reconcile "
-        "{{ $labels.namespace }}/{{ $labels.batchedmodel }}",
+        "batchop keeps failing to reconcile {{ $labels.namespace }}/{{ $labels.batchedmodel }}",
         "See the operator's log and the BatchedModel's events.",
     ),
     Alert(

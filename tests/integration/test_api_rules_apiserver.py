@@ -210,6 +210,4 @@ def test_a_misspelt_quantity_is_refused_by_its_pattern_naming_the_field(api: Any
     manifest = minimal(server={"resources": {"requests": {"cpu": "1x"}, "limits": {"cpu": "2"}}})
     result = dry_run(api, manifest)
     assert result.returncode != 0
-    assert 'spec.server.resources.requests.cpu: Invalid value: "1x"' in result.stderr, (
-        result.stderr
-    )
+    assert 'spec.server.resources.requests.cpu: Invalid value: "1x"' in result.stderr, result.stderr

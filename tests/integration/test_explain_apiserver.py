@@ -25,8 +25,10 @@ def live(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str]]:
     try:
         cluster = request.getfixturevalue("cluster")
     except Exception as exc:  # no kwok/etcd binaries, no ports: say so, do not pass
-        pytest.skip(f"local cluster could not start: {type(exc).__name__}: "
-                    f"{str(exc).splitlines()[0] if str(exc) else ''}")
+        pytest.skip(
+            f"local cluster could not start: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
+        )
     cluster.install_crd()
     ns = new_namespace(cluster, "explain")
     yield cluster, ns
@@ -36,41 +38,94 @@ def live(request: pytest.FixtureRequest) -> Iterator[tuple[Any, str]]:
 def _explain(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
     return subprocess.run(
-        [sys.executable, "-m", "batchop", "explain", *args, "--kubeconfig",
-         str(cluster.kubeconfig)], capture_output=True, text=True, env=env, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "batchop",
+            "explain",
+            *args,
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 def test_explain_reads_status_and_events(live: tuple[Any, str]) -> None:
     cluster, ns = live
     cluster.kubectl("apply", "-f", "-", input=json.dumps(bm_manifest("resnet", ns)))
-    status = {"status": {
-        "observedGeneration": 1, "replicas": 3, "readyReplicas": 2,
-        "maxQueueDelayMicroseconds": 1200,
-        "metrics": {"requestsPerSecond": 950, "p99LatencyMilliseconds": 31.5,
-                    "averageBatchSize": 7.9, "queueMilliseconds": 0.8,
-                    "rejectedPerSecond": 0},
-        "lastDecision": {"time": "2026-12-02T00:55:00Z", "kind": "scale-up", "replicas": 3,
-                         "maxQueueDelayMicroseconds": 1200,
-                         "predictedP99Milliseconds": 17.9, "reason": REASON},
-        "conditions": [{"type": "SLOMet", "status": "False", "reason": "P99AboveSLO",
-                        "message": "p99 31.5 ms > SLO 50 ms margin",
-                        "lastTransitionTime": "2026-12-02T00:55:00Z"}],
-    }}
-    cluster.kubectl("patch", "batchedmodel", "resnet", "-n", ns, "--subresource=status",
-                    "--type=merge", "-p", json.dumps(status))
+    status = {
+        "status": {
+            "observedGeneration": 1,
+            "replicas": 3,
+            "readyReplicas": 2,
+            "maxQueueDelayMicroseconds": 1200,
+            "metrics": {
+                "requestsPerSecond": 950,
+                "p99LatencyMilliseconds": 31.5,
+                "averageBatchSize": 7.9,
+                "queueMilliseconds": 0.8,
+                "rejectedPerSecond": 0,
+            },
+            "lastDecision": {
+                "time": "2026-12-02T00:55:00Z",
+                "kind": "scale-up",
+                "replicas": 3,
+                "maxQueueDelayMicroseconds": 1200,
+                "predictedP99Milliseconds": 17.9,
+                "reason": REASON,
+            },
+            "conditions": [
+                {
+                    "type": "SLOMet",
+                    "status": "False",
+                    "reason": "P99AboveSLO",
+                    "message": "p99 31.5 ms > SLO 50 ms margin",
+                    "lastTransitionTime": "2026-12-02T00:55:00Z",
+                }
+            ],
+        }
+    }
+    cluster.kubectl(
+        "patch",
+        "batchedmodel",
+        "resnet",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(status),
+    )
     uid = cluster.kubectl_json("get", "batchedmodel", "resnet", "-n", ns)["metadata"]["uid"]
     event = {
-        "apiVersion": "v1", "kind": "Event",
+        "apiVersion": "v1",
+        "kind": "Event",
         "metadata": {"name": "resnet.scaled", "namespace": ns},
-        "involvedObject": {"apiVersion": "batchop.io/v1alpha1", "kind": "BatchedModel",
-                           "name": "resnet", "namespace": ns, "uid": uid},
-        "type": "Normal", "reason": "Scaled", "message": "replicas 2 -> 3 (p99 over margin)",
-        "firstTimestamp": "2026-12-02T00:55:00Z", "lastTimestamp": "2026-12-02T00:55:00Z",
-        "count": 1, "source": {"component": "batchop"},
+        "involvedObject": {
+            "apiVersion": "batchop.io/v1alpha1",
+            "kind": "BatchedModel",
+            "name": "resnet",
+            "namespace": ns,
+            "uid": uid,
+        },
+        "type": "Normal",
+        "reason": "Scaled",
+        "message": "replicas 2 -> 3 (p99 over margin)",
+        "firstTimestamp": "2026-12-02T00:55:00Z",
+        "lastTimestamp": "2026-12-02T00:55:00Z",
+        "count": 1,
+        "source": {"component": "batchop"},
     }
-    other = {**event, "metadata": {"name": "other.scaled", "namespace": ns},
-             "involvedObject": {**event["involvedObject"], "name": "other"},
-             "message": "not about resnet"}
+    other = {
+        **event,
+        "metadata": {"name": "other.scaled", "namespace": ns},
+        "involvedObject": {**event["involvedObject"], "name": "other"},
+        "message": "not about resnet",
+    }
     for obj in (event, other):
         cluster.kubectl("create", "-f", "-", input=json.dumps(obj))
 

@@ -159,8 +159,15 @@ def test_probes_mode_leaves_readiness_to_the_prober(probed_cluster: LocalCluster
         cluster.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(probed))
         cluster.kubectl("create", "-n", ns, "-f", "-", input=_gpu_pod("plain", 1))
         for name in ("probed", "plain"):
-            cluster.kubectl("wait", "-n", ns, f"pod/{name}", "--timeout=60s",
-                            "--for=jsonpath={.status.phase}=Running", timeout=90)
+            cluster.kubectl(
+                "wait",
+                "-n",
+                ns,
+                f"pod/{name}",
+                "--timeout=60s",
+                "--for=jsonpath={.status.phase}=Running",
+                timeout=90,
+            )
         items = cluster.kubectl_json("get", "pods", "-n", ns)["items"]
         pods = {p["metadata"]["name"]: p for p in items}
         assert _ready(pods["plain"]) == "True"
@@ -168,12 +175,23 @@ def test_probes_mode_leaves_readiness_to_the_prober(probed_cluster: LocalCluster
         assert pods["probed"]["status"]["podIP"]  # it has an address for the prober to bind
 
         # The prober's verdict sticks: KWOK does not put its own back.
-        conditions = [{**c, "status": "True"} if c["type"] in ("Ready", "ContainersReady") else c
-                      for c in pods["probed"]["status"]["conditions"]]
-        cluster.kubectl("patch", "-n", ns, "pod/probed", "--subresource=status", "--type=merge",
-                        "-p", json.dumps({"status": {"conditions": conditions}}))
-        cluster.kubectl("wait", "-n", ns, "pod/probed", "--for=condition=Ready", "--timeout=30s",
-                        timeout=60)
+        conditions = [
+            {**c, "status": "True"} if c["type"] in ("Ready", "ContainersReady") else c
+            for c in pods["probed"]["status"]["conditions"]
+        ]
+        cluster.kubectl(
+            "patch",
+            "-n",
+            ns,
+            "pod/probed",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": {"conditions": conditions}}),
+        )
+        cluster.kubectl(
+            "wait", "-n", ns, "pod/probed", "--for=condition=Ready", "--timeout=30s", timeout=60
+        )
         cluster.kubectl("delete", "-n", ns, "pod/probed", "pod/plain", "--timeout=60s", timeout=90)
         assert cluster.kubectl_json("get", "pods", "-n", ns)["items"] == []
     finally:

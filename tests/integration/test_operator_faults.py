@@ -103,9 +103,7 @@ def test_models_deleted_while_ticking_cause_no_error_storm(cluster: Any, tmp_pat
     n = 6
     dead = f"http://127.0.0.1:{free_port()}"
     log = tmp_path / "operator.log"
-    op = Operator(
-        cluster, [ns], log, "--prometheus-url", dead, "--log-format", "plain"
-    ).start()
+    op = Operator(cluster, [ns], log, "--prometheus-url", dead, "--log-format", "plain").start()
     try:
         names = [f"gone{i}" for i in range(n)]
         for name in names:

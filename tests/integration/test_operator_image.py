@@ -30,9 +30,15 @@ def test_batchop_version_runs_read_only_as_non_root(image: OperatorImage) -> Non
 def test_run_help_and_crd_and_the_operator_imports(image: OperatorImage) -> None:
     got = run_in_image(image, ["batchop", "run", "--help"])
     assert got.returncode == 0 and "--all-namespaces" in got.stdout, got.stdout + got.stderr
-    imports = run_in_image(image, ["python", "-c",
-                                   "import kopf, batchop.controller.app, batchop.metrics,"
-                                   " batchop.act.triton_reload, grpc, aiohttp"])
+    imports = run_in_image(
+        image,
+        [
+            "python",
+            "-c",
+            "import kopf, batchop.controller.app, batchop.metrics,"
+            " batchop.act.triton_reload, grpc, aiohttp",
+        ],
+    )
     assert imports.returncode == 0, imports.stderr
 
 
@@ -44,11 +50,17 @@ def test_root_filesystem_is_read_only_but_tmp_is_writable(image: OperatorImage) 
 
 
 def test_image_holds_the_runtime_only_and_stays_within_its_bound(image: OperatorImage) -> None:
-    probe = run_in_image(image, ["python", "-c",
-                                 "import importlib.util as u; print([m for m in ('batchop_dev',"
-                                 "'matplotlib','pandas','pytest','pytriton','ruff','numpy',"
-                                 "'tritonclient','gevent','pip','setuptools') "
-                                 "if u.find_spec(m)])"])
+    probe = run_in_image(
+        image,
+        [
+            "python",
+            "-c",
+            "import importlib.util as u; print([m for m in ('batchop_dev',"
+            "'matplotlib','pandas','pytest','pytriton','ruff','numpy',"
+            "'tritonclient','gevent','pip','setuptools') "
+            "if u.find_spec(m)])",
+        ],
+    )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "[]", f"dev or test tooling in the image: {probe.stdout}"
     dev = run_in_image(image, ["batchop", "local", "status"])

@@ -96,8 +96,13 @@ def fetch_monitoring_crds(go: str, root: Path, progress: Progress) -> None:
     spec = f"{PROMETHEUS_OPERATOR_MODULE}@{PROMETHEUS_OPERATOR}"
     progress(f"fetching {spec} (module zip, ~4 MB) for the monitoring CRDs")
     with tempfile.TemporaryDirectory(prefix="promop-") as work:
-        result = subprocess.run([go, "mod", "download", "-json", spec], cwd=work, env=go_env(),
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [go, "mod", "download", "-json", spec],
+            cwd=work,
+            env=go_env(),
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
             raise BuildError(f"go mod download {spec} failed: {result.stdout}{result.stderr}")
         source = Path(json.loads(result.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
@@ -135,8 +140,10 @@ def build_checker(go: str, minor: int, root: Path, progress: Progress) -> float:
     log = logs / f"kubecheck-{version}.log"
     log.write_text("")
     started = time.monotonic()
-    progress(f"building kubecheck for Kubernetes 1.{minor} (k8s.io/apiextensions-apiserver "
-             f"{version}); log: {log}")
+    progress(
+        f"building kubecheck for Kubernetes 1.{minor} (k8s.io/apiextensions-apiserver "
+        f"{version}); log: {log}"
+    )
     with tempfile.TemporaryDirectory(prefix="kubecheck-") as work:
         module = Path(work)
         shutil.copy(CHECKER_SOURCE, module / "main.go")
@@ -146,14 +153,24 @@ def build_checker(go: str, minor: int, root: Path, progress: Progress) -> float:
         )
         tidy = go_env()
         tidy["GOFLAGS"] = tidy["GOFLAGS"].replace("-mod=readonly", "").strip()
-        result = subprocess.run([go, "mod", "tidy"], cwd=module, env=tidy, capture_output=True,
-                                text=True)
+        result = subprocess.run(
+            [go, "mod", "tidy"], cwd=module, env=tidy, capture_output=True, text=True
+        )
         with open(log, "a") as out:
             out.write(f"$ go mod tidy\n{result.stdout}{result.stderr}")
         if result.returncode != 0:
             raise BuildError(f"go mod tidy for kubecheck {version} failed; full log: {log}")
-        command = [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o",
-                   str(module / "kubecheck"), "."]
+        command = [
+            go,
+            "build",
+            "-v",
+            "-trimpath",
+            "-ldflags",
+            "-s -w",
+            "-o",
+            str(module / "kubecheck"),
+            ".",
+        ]
         if shutil.which("nice"):
             command = ["nice", "-n", "10", *command]
         run_logged(command, module, log, f"go build kubecheck 1.{minor}", progress)
@@ -175,11 +192,19 @@ def build_kubeconform(go: str, root: Path, progress: Progress) -> float:
         env = go_env()
         env["GOBIN"] = work
         env["GOFLAGS"] = env["GOFLAGS"].replace("-mod=readonly", "").strip()
-        command = [go, "install", "-v", "-trimpath", "-ldflags", "-s -w",
-                   f"{KUBECONFORM_PACKAGE}@{KUBECONFORM}"]
+        command = [
+            go,
+            "install",
+            "-v",
+            "-trimpath",
+            "-ldflags",
+            "-s -w",
+            f"{KUBECONFORM_PACKAGE}@{KUBECONFORM}",
+        ]
         with open(log, "a") as out:
-            result = subprocess.run(command, cwd=work, env=env, stdout=out,
-                                    stderr=subprocess.STDOUT)
+            result = subprocess.run(
+                command, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
         if result.returncode != 0:
             raise BuildError(f"go install kubeconform {KUBECONFORM} failed; full log: {log}")
         _install(Path(work) / "kubeconform", final)
@@ -197,8 +222,11 @@ def ensure_checkers(
     wanted = sorted(APIEXTENSIONS) if minors is None else minors
     took: dict[str, float] = {}
     missing = [m for m in wanted if not os.access(checker_path(m, where), os.X_OK)]
-    if (not missing and os.access(kubeconform_path(where), os.X_OK)
-            and _monitoring_crds_present(where)):
+    if (
+        not missing
+        and os.access(kubeconform_path(where), os.X_OK)
+        and _monitoring_crds_present(where)
+    ):
         return took
     go = find_go()
     with _lock(where):
@@ -221,8 +249,11 @@ def main() -> int:
         return 1
     for name, seconds in took.items():
         print(f"{name}: {_elapsed(seconds)}", file=sys.stderr)
-    print(f"Kubernetes version checkers ready ({_elapsed(time.monotonic() - started)}): "
-          f"1.{min(APIEXTENSIONS)}..1.{max(APIEXTENSIONS)}", file=sys.stderr)
+    print(
+        f"Kubernetes version checkers ready ({_elapsed(time.monotonic() - started)}): "
+        f"1.{min(APIEXTENSIONS)}..1.{max(APIEXTENSIONS)}",
+        file=sys.stderr,
+    )
     return 0
 
 

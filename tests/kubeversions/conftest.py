@@ -55,8 +55,15 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
         text = _run(str(bin_dir / "batchop"), "render", "-f", str(example))
         out[f"render {example.name}"] = [d for d in yaml.safe_load_all(text) if d]
     for name, sets in HELM_VALUE_SETS.items():
-        args = [str(bin_dir / "helm"), "template", "rel", str(CHART), "-n", "batchop-system",
-                "--include-crds"]
+        args = [
+            str(bin_dir / "helm"),
+            "template",
+            "rel",
+            str(CHART),
+            "-n",
+            "batchop-system",
+            "--include-crds",
+        ]
         for s in sets:
             args += ["--set", s]
         out[f"helm {name}"] = [d for d in yaml.safe_load_all(_run(*args)) if d]
@@ -64,8 +71,9 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.fixture(scope="session")
-def monitoring_schemas(built: None, tmp_path_factory: pytest.TempPathFactory) -> dict[
-        tuple[str, str], dict[str, Any]]:
+def monitoring_schemas(
+    built: None, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, str], dict[str, Any]]:
     where = checkers.monitoring_crds_dir()
     files = sorted(where.glob("*.yaml"))
     assert len(files) == len(checkers.MONITORING_CRDS), f"monitoring CRDs missing in {where}"
@@ -74,7 +82,8 @@ def monitoring_schemas(built: None, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="session")
 def schema_root(
-    rendered: dict[str, list[dict[str, Any]]], monitoring_schemas: dict[Any, Any],
+    rendered: dict[str, list[dict[str, Any]]],
+    monitoring_schemas: dict[Any, Any],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Path:
     """kubeconform's schema tree: v1.X.0-standalone-strict/<kind>-<group>-<version>.json for

@@ -49,9 +49,12 @@ def write_kubernetes_schemas(minor: int, kinds: set[tuple[str, str]], out: Path)
 
 def strict_schema(node: dict[str, Any]) -> dict[str, Any]:
     """A CRD's structural OpenAPI v3 schema as a JSON schema that refuses unknown fields."""
-    out = {k: v for k, v in node.items()
-           if not k.startswith("x-kubernetes-") and k not in ("nullable", "properties", "items",
-                                                                "additionalProperties")}
+    out = {
+        k: v
+        for k, v in node.items()
+        if not k.startswith("x-kubernetes-")
+        and k not in ("nullable", "properties", "items", "additionalProperties")
+    }
     if node.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]

@@ -15,9 +15,13 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 # Chart values that, together, render every template (as tests/unit/test_chart.py's ALL_ON).
 HELM_VALUE_SETS = {
     "defaults": [],
-    "all-on": ["metrics.serviceMonitor.enabled=true", "tritonPodMonitor.enabled=true",
-               "prometheusRule.enabled=true", "dashboard.namespace=monitoring",
-               "watchNamespaces={team-a,team-b}"],
+    "all-on": [
+        "metrics.serviceMonitor.enabled=true",
+        "tritonPodMonitor.enabled=true",
+        "prometheusRule.enabled=true",
+        "dashboard.namespace=monitoring",
+        "watchNamespaces={team-a,team-b}",
+    ],
 }
 
 
@@ -26,7 +30,7 @@ def chart_floor() -> int:
     text = (CHART / "Chart.yaml").read_text()
     match = re.search(r'^kubeVersion:\s*">=\s*1\.(\d+)\.0-0"\s*$', text, re.MULTILINE)
     if not match:
-        raise ValueError(f"{CHART / 'Chart.yaml'}: kubeVersion must read \">=1.X.0-0\"")
+        raise ValueError(f'{CHART / "Chart.yaml"}: kubeVersion must read ">=1.X.0-0"')
     return int(match[1])
 
 

@@ -31,17 +31,32 @@ MONITORING_GROUP = "monitoring.coreos.com/"
 
 
 def kubecheck(minor: int, path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(checkers.checker_path(minor)), str(path)], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [str(checkers.checker_path(minor)), str(path)], capture_output=True, text=True, timeout=120
+    )
 
 
 def kubeconform(minor: int, schema_root: Path, path: Path) -> subprocess.CompletedProcess[str]:
-    location = f"{schema_root}/{{{{ .NormalizedKubernetesVersion }}}}-standalone" \
-               "{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+    location = (
+        f"{schema_root}/{{{{ .NormalizedKubernetesVersion }}}}-standalone"
+        "{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+    )
     return subprocess.run(
-        [str(checkers.kubeconform_path()), "-strict", "-summary", "-output", "text",
-         "-kubernetes-version", f"1.{minor}.0", "-schema-location", location, str(path)],
-        capture_output=True, text=True, timeout=300,
+        [
+            str(checkers.kubeconform_path()),
+            "-strict",
+            "-summary",
+            "-output",
+            "text",
+            "-kubernetes-version",
+            f"1.{minor}.0",
+            "-schema-location",
+            location,
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -92,13 +107,17 @@ def test_checker_estimates_cel_cost_the_resource_bound_is_what_fits(
     would refuse the CRD), as 32 did (8.1x on 1.30)."""
     crd = _crd_doc()
     resources = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
-        "properties"]["server"]["properties"]["resources"]
+        "properties"
+    ]["server"]["properties"]["resources"]
     for part in ("requests", "limits"):
         resources["properties"][part]["maxProperties"] += 1
     path = tmp_path / "crd.yaml"
     path.write_text(yaml.safe_dump(crd))
-    refused = [m for m in supported_minors()
-               if "estimated rule cost exceeds budget" in kubecheck(m, path).stdout]
+    refused = [
+        m
+        for m in supported_minors()
+        if "estimated rule cost exceeds budget" in kubecheck(m, path).stdout
+    ]
     assert refused, "8 names fit every minor: the bound could be raised"
     assert set(refused) < set(supported_minors())  # newer estimators read maxLength
 
@@ -134,12 +153,20 @@ def _schema_errors(doc: dict[str, Any], minor: int, monitoring: dict[Any, Any]) 
 
 @pytest.mark.parametrize("minor", supported_minors())
 def test_rendered_objects_pass_strict_schemas(
-    minor: int, rendered: dict[str, list[dict[str, Any]]], monitoring_schemas: dict[Any, Any],
-    schema_root: Path, tmp_path: Path,
+    minor: int,
+    rendered: dict[str, list[dict[str, Any]]],
+    monitoring_schemas: dict[Any, Any],
+    schema_root: Path,
+    tmp_path: Path,
 ) -> None:
     kinds = {d["kind"] for docs in rendered.values() for d in docs}
-    assert {"Deployment", "CustomResourceDefinition", "ServiceMonitor", "PodMonitor",
-            "PrometheusRule"} <= kinds, kinds
+    assert {
+        "Deployment",
+        "CustomResourceDefinition",
+        "ServiceMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+    } <= kinds, kinds
     failures = []
     for source, docs in rendered.items():
         for doc in docs:
@@ -161,8 +188,9 @@ def test_a_field_unknown_to_the_oldest_minor_is_refused_by_both_validators(
     (lifecycle.stopSignal) fails on the oldest minor in both validators, passes on 1.33."""
     deployment = next(d for docs in rendered.values() for d in docs if d["kind"] == "Deployment")
     newer = copy.deepcopy(deployment)
-    newer["spec"]["template"]["spec"]["containers"][0].setdefault("lifecycle", {})[
-        "stopSignal"] = "SIGTERM"
+    newer["spec"]["template"]["spec"]["containers"][0].setdefault("lifecycle", {})["stopSignal"] = (
+        "SIGTERM"
+    )
     path = tmp_path / "newer.yaml"
     path.write_text(json.dumps(newer))
     floor = chart_floor()
@@ -177,9 +205,12 @@ def test_a_field_unknown_to_the_oldest_minor_is_refused_by_both_validators(
 
 def test_monitoring_schemas_refuse_unknown_fields(monitoring_schemas: dict[Any, Any]) -> None:
     """Negative control for the converted Prometheus Operator schemas."""
-    monitor = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
-               "metadata": {"name": "x"},
-               "spec": {"selector": {}, "endpoints": [{"port": "m", "honourLabels": True}]}}
+    monitor = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "x"},
+        "spec": {"selector": {}, "endpoints": [{"port": "m", "honourLabels": True}]},
+    }
     with pytest.raises(jsonschema.ValidationError, match="honourLabels"):
         jsonschema.Draft4Validator(
             monitoring_schemas[("monitoring.coreos.com/v1", "ServiceMonitor")]

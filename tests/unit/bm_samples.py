@@ -327,16 +327,21 @@ MUTATIONS: list[tuple[str, Callable[[Manifest], None], str]] = [
     ("slo-zero", _set("spec.slo.p99LatencyMilliseconds", 0), "spec.slo.p99LatencyMilliseconds"),
     (
         "profile-above-max-batch",
-        _set("spec.model.latencyProfile", lambda m: [
-            {"batchSize": 1, "milliseconds": 1},
-            {"batchSize": m["spec"]["model"]["maxBatchSize"] + 1, "milliseconds": 9},
-        ]),
+        _set(
+            "spec.model.latencyProfile",
+            lambda m: [
+                {"batchSize": 1, "milliseconds": 1},
+                {"batchSize": m["spec"]["model"]["maxBatchSize"] + 1, "milliseconds": 9},
+            ],
+        ),
         "spec.model.latencyProfile",
     ),
     (
         "profile-faster-for-bigger-batch",
-        _set("spec.model.latencyProfile", [{"batchSize": 1, "milliseconds": 4},
-                                           {"batchSize": 2, "milliseconds": 3.5}]),
+        _set(
+            "spec.model.latencyProfile",
+            [{"batchSize": 1, "milliseconds": 4}, {"batchSize": 2, "milliseconds": 3.5}],
+        ),
         "spec.model.latencyProfile",
     ),
     (
@@ -360,10 +365,14 @@ MUTATIONS: list[tuple[str, Callable[[Manifest], None], str]] = [
         # a limit of 0 would make the timeout 0, which is the default (derived), not a
         # timeout within the limit: hypothesis found that valid "invalid" manifest
         lambda m: (
-            _set("spec.batching.maxQueueDelayLimitMicroseconds",
-                 lambda m: max(1, m["spec"]["batching"]["maxQueueDelayLimitMicroseconds"]))(m),
-            _set("spec.overload.queueTimeoutMicroseconds",
-                 lambda m: m["spec"]["batching"]["maxQueueDelayLimitMicroseconds"])(m),
+            _set(
+                "spec.batching.maxQueueDelayLimitMicroseconds",
+                lambda m: max(1, m["spec"]["batching"]["maxQueueDelayLimitMicroseconds"]),
+            )(m),
+            _set(
+                "spec.overload.queueTimeoutMicroseconds",
+                lambda m: m["spec"]["batching"]["maxQueueDelayLimitMicroseconds"],
+            )(m),
         ),
         "spec.overload.queueTimeoutMicroseconds",
     ),
@@ -373,8 +382,10 @@ MUTATIONS: list[tuple[str, Callable[[Manifest], None], str]] = [
             _set("spec.batching.minQueueDelayMicroseconds", 0)(m),
             _set("spec.batching.maxQueueDelayMicroseconds", 500)(m),
             _set("spec.batching.maxQueueDelayLimitMicroseconds", 1000)(m),
-            _set("spec.overload.queueTimeoutMicroseconds",
-                 math.ceil(m["spec"]["slo"]["p99LatencyMilliseconds"] * 1000))(m),
+            _set(
+                "spec.overload.queueTimeoutMicroseconds",
+                math.ceil(m["spec"]["slo"]["p99LatencyMilliseconds"] * 1000),
+            )(m),
         ),
         "spec.overload.queueTimeoutMicroseconds",
     ),

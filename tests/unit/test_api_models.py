@@ -66,8 +66,12 @@ def test_wire_format_is_camel_case() -> None:
     assert dumped["spec"]["batching"]["maxQueueDelayMicroseconds"] == 800
     assert set(dumped["spec"]["slo"]) == {"p99LatencyMilliseconds"}
     assert set(dumped["spec"]["autotune"]) == {
-        "queueDelay", "replicas", "intervalSeconds", "scaleDownStabilizationSeconds",
-        "burstMemorySeconds", "forecast",
+        "queueDelay",
+        "replicas",
+        "intervalSeconds",
+        "scaleDownStabilizationSeconds",
+        "burstMemorySeconds",
+        "forecast",
     }
 
 
@@ -136,8 +140,15 @@ def test_a_request_above_its_limit_is_refused_naming_the_resource_and_values() -
 def test_a_full_resource_set_fits_and_one_more_name_is_refused_by_both_halves() -> None:
     """The bound the older API servers' CEL budget forces still holds a real container's
     resources; past it pydantic and the CRD refuse the map, naming it."""
-    full = {"cpu": "4", "memory": "16Gi", "ephemeral-storage": "20Gi", "hugepages-2Mi": "1Gi",
-            "hugepages-1Gi": "2Gi", "rdma/ib": "1", "example.com/fpga": "1"}
+    full = {
+        "cpu": "4",
+        "memory": "16Gi",
+        "ephemeral-storage": "20Gi",
+        "hugepages-2Mi": "1Gi",
+        "hugepages-1Gi": "2Gi",
+        "rdma/ib": "1",
+        "example.com/fpga": "1",
+    }
     resources = {"requests": dict(full), "limits": dict(full)}
     parse_batched_model(minimal(server={"resources": resources}))
     assert crd_admission(minimal(server={"resources": resources}))[1] == []
@@ -210,13 +221,17 @@ def test_valid_specs_parse_and_the_crd_defaults_them_the_same(manifest: dict) ->
 @given(valid_manifests(), st.sampled_from(MUTATIONS))
 @example(  # found by hypothesis: with a delay limit of 0 the mutation set the default timeout
     manifest={
-        "apiVersion": "batchop.io/v1alpha1", "kind": "BatchedModel",
+        "apiVersion": "batchop.io/v1alpha1",
+        "kind": "BatchedModel",
         "metadata": {"name": "a", "namespace": "ml"},
         "spec": {
             "model": {"name": "0", "repository": "s3://bucket/models", "maxBatchSize": 1},
             "scaling": {"minReplicas": 0, "maxReplicas": 1, "replicas": 0},
-            "batching": {"minQueueDelayMicroseconds": 0, "maxQueueDelayMicroseconds": 0,
-                         "maxQueueDelayLimitMicroseconds": 0},
+            "batching": {
+                "minQueueDelayMicroseconds": 0,
+                "maxQueueDelayMicroseconds": 0,
+                "maxQueueDelayLimitMicroseconds": 0,
+            },
             "slo": {"p99LatencyMilliseconds": 1.0},
             "autotune": {"replicas": False},
         },

@@ -169,8 +169,15 @@ def test_latency_profile_and_overload_reach_the_policy_as_the_operator_maps_them
     from batchop.tuning.overload import queue_policy
 
     manifest = minimal(
-        model={"name": "m", "repository": "/m", "maxBatchSize": 32, "latencyProfile": [
-            {"batchSize": 32, "milliseconds": 12}, {"batchSize": 1, "milliseconds": 4}]},
+        model={
+            "name": "m",
+            "repository": "/m",
+            "maxBatchSize": 32,
+            "latencyProfile": [
+                {"batchSize": 32, "milliseconds": 12},
+                {"batchSize": 1, "milliseconds": 4},
+            ],
+        },
         batching={"maxQueueDelayLimitMicroseconds": 5000},
         slo={"p99LatencyMilliseconds": 40},
     )
@@ -181,8 +188,10 @@ def test_latency_profile_and_overload_reach_the_policy_as_the_operator_maps_them
     # the operator's mapping (from the raw object) gives the policy the same view
     assert manifest_tuning_spec(manifest).prior_batch_latency_ms == spec.prior_batch_latency_ms
     assert queue_policy(manifest_tuning_spec(manifest)) == queue_policy(spec)
-    given = minimal(overload={"policy": "Reject", "queueTimeoutMicroseconds": 30_000,
-                              "maxQueueSize": 4}, slo={"p99LatencyMilliseconds": 40})
+    given = minimal(
+        overload={"policy": "Reject", "queueTimeoutMicroseconds": 30_000, "maxQueueSize": 4},
+        slo={"p99LatencyMilliseconds": 40},
+    )
     spec = tuning_spec(parse_batched_model(given))
     assert (spec.queue_timeout_us, spec.max_queue_size) == (30_000, 4)
     assert queue_policy(manifest_tuning_spec(given)) == queue_policy(spec)

@@ -36,8 +36,12 @@ VALUE_SETS = {
     "defaults": [],
     "all-on": ALL_ON,
     "namespaced": [*ALL_ON, "watchNamespaces={team-a,team-b}"],
-    "no-rbac-no-sa": ["rbac.create=false", "serviceAccount.create=false",
-                      "serviceAccount.name=existing", "dashboard.enabled=false"],
+    "no-rbac-no-sa": [
+        "rbac.create=false",
+        "serviceAccount.create=false",
+        "serviceAccount.name=existing",
+        "dashboard.enabled=false",
+    ],
 }
 
 
@@ -76,30 +80,37 @@ _DURATION = {"type": "string", "pattern": "^([0-9]+(ms|s|m|h|d|w|y))+$"}
 _NS_SELECTOR = {
     "type": "object",
     "additionalProperties": False,
-    "properties": {"any": {"type": "boolean"},
-                   "matchNames": {"type": "array", "items": {"type": "string"}}},
+    "properties": {
+        "any": {"type": "boolean"},
+        "matchNames": {"type": "array", "items": {"type": "string"}},
+    },
 }
 _RELABEL = {
     "type": "object",
     "additionalProperties": False,
-    "properties": {k: {"type": "string"} for k in
-                   ("targetLabel", "regex", "replacement", "action", "separator")}
+    "properties": {
+        k: {"type": "string"}
+        for k in ("targetLabel", "regex", "replacement", "action", "separator")
+    }
     | {"sourceLabels": {"type": "array", "items": {"type": "string"}}},
 }
 _ENDPOINT = {
     "type": "object",
     "additionalProperties": False,
     "required": ["port"],
-    "properties": {"port": {"type": "string"}, "path": {"type": "string"},
-                   "honorLabels": {"type": "boolean"}, "interval": _DURATION,
-                   "scrapeTimeout": _DURATION,
-                   "relabelings": {"type": "array", "items": _RELABEL}},
+    "properties": {
+        "port": {"type": "string"},
+        "path": {"type": "string"},
+        "honorLabels": {"type": "boolean"},
+        "interval": _DURATION,
+        "scrapeTimeout": _DURATION,
+        "relabelings": {"type": "array", "items": _RELABEL},
+    },
 }
 _META = {
     "type": "object",
     "required": ["name", "namespace"],
-    "properties": {"name": {"type": "string"}, "namespace": {"type": "string"},
-                   "labels": _LABELS},
+    "properties": {"name": {"type": "string"}, "namespace": {"type": "string"}, "labels": _LABELS},
 }
 
 
@@ -108,34 +119,82 @@ def _kind_schema(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "required": ["apiVersion", "kind", "metadata", "spec"],
-        "properties": {"apiVersion": {"const": "monitoring.coreos.com/v1"},
-                       "kind": {"const": kind}, "metadata": _META, "spec": spec},
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": kind},
+            "metadata": _META,
+            "spec": spec,
+        },
     }
 
 
 MONITORING_SCHEMAS = {
-    "ServiceMonitor": _kind_schema("ServiceMonitor", {
-        "type": "object", "additionalProperties": False, "required": ["selector", "endpoints"],
-        "properties": {"selector": _SELECTOR, "namespaceSelector": _NS_SELECTOR,
-                       "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT}},
-    }),
-    "PodMonitor": _kind_schema("PodMonitor", {
-        "type": "object", "additionalProperties": False,
-        "required": ["selector", "podMetricsEndpoints"],
-        "properties": {"selector": _SELECTOR, "namespaceSelector": _NS_SELECTOR,
-                       "podMetricsEndpoints": {"type": "array", "minItems": 1,
-                                               "items": _ENDPOINT}},
-    }),
-    "PrometheusRule": _kind_schema("PrometheusRule", {
-        "type": "object", "additionalProperties": False, "required": ["groups"],
-        "properties": {"groups": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "additionalProperties": False, "required": ["name", "rules"],
-            "properties": {"name": {"type": "string"}, "rules": {"type": "array", "items": {
-                "type": "object", "additionalProperties": False, "required": ["alert", "expr"],
-                "properties": {"alert": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                               "expr": {"type": "string", "minLength": 1}, "for": _DURATION,
-                               "labels": _LABELS, "annotations": _LABELS}}}}}}},
-    }),
+    "ServiceMonitor": _kind_schema(
+        "ServiceMonitor",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["selector", "endpoints"],
+            "properties": {
+                "selector": _SELECTOR,
+                "namespaceSelector": _NS_SELECTOR,
+                "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
+            },
+        },
+    ),
+    "PodMonitor": _kind_schema(
+        "PodMonitor",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["selector", "podMetricsEndpoints"],
+            "properties": {
+                "selector": _SELECTOR,
+                "namespaceSelector": _NS_SELECTOR,
+                "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
+            },
+        },
+    ),
+    "PrometheusRule": _kind_schema(
+        "PrometheusRule",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["groups"],
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name", "rules"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["alert", "expr"],
+                                    "properties": {
+                                        "alert": {
+                                            "type": "string",
+                                            "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
+                                        },
+                                        "expr": {"type": "string", "minLength": 1},
+                                        "for": _DURATION,
+                                        "labels": _LABELS,
+                                        "annotations": _LABELS,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    ),
 }
 
 
@@ -189,9 +248,14 @@ def test_rbac_grants_only_what_batchop_uses(helm: str, name: str) -> None:
     rules = _rules(render(helm, VALUE_SETS[name]))
     assert rules
     allowed = {
-        ("batchop.io", "batchedmodels"), ("batchop.io", "batchedmodels/status"),
-        ("apps", "deployments"), ("", "services"), ("policy", "poddisruptionbudgets"),
-        ("monitoring.coreos.com", "podmonitors"), ("", "pods"), ("", "events"),
+        ("batchop.io", "batchedmodels"),
+        ("batchop.io", "batchedmodels/status"),
+        ("apps", "deployments"),
+        ("", "services"),
+        ("policy", "poddisruptionbudgets"),
+        ("monitoring.coreos.com", "podmonitors"),
+        ("", "pods"),
+        ("", "events"),
         ("events.k8s.io", "events"),
     }
     if name == "defaults":  # cluster-wide: kopf's CRD scanning, read-only
@@ -200,7 +264,8 @@ def test_rbac_grants_only_what_batchop_uses(helm: str, name: str) -> None:
     leases = [r for r in rules if r["resources"] == ["leases"]]
     # Leader election: create the Lease; read and renew only the chart's own one.
     assert sorted((r["verbs"], r.get("resourceNames")) for r in leases) == [
-        (["create"], None), (["get", "update"], ["rel-batchop"])
+        (["create"], None),
+        (["get", "update"], ["rel-batchop"]),
     ]
     assert all(r["apiGroups"] == ["coordination.k8s.io"] for r in leases)
     for rule in rules:
@@ -340,16 +405,30 @@ def test_bad_values_fail_install_with_a_message_naming_the_key(
 
 
 def test_replicas_without_leader_election_are_refused(helm: str) -> None:
-    got = run_helm(helm, "template", "rel", str(CHART), "--set", "replicaCount=2",
-                   "--set", "leaderElection.enabled=false")
+    got = run_helm(
+        helm,
+        "template",
+        "rel",
+        str(CHART),
+        "--set",
+        "replicaCount=2",
+        "--set",
+        "leaderElection.enabled=false",
+    )
     assert got.returncode != 0 and "/replicaCount" in got.stderr, got.stderr
     got = run_helm(helm, "template", "rel", str(CHART), "--set", "leaderElection.enabled=false")
     assert got.returncode == 0, got.stderr
 
 
 def test_leader_election_settings_reach_the_operator(helm: str) -> None:
-    docs = render(helm, ["leaderElection.leaseDuration=30", "leaderElection.renewDeadline=20",
-                         "leaderElection.retryPeriod=4"])
+    docs = render(
+        helm,
+        [
+            "leaderElection.leaseDuration=30",
+            "leaderElection.renewDeadline=20",
+            "leaderElection.retryPeriod=4",
+        ],
+    )
     dep = by_kind(docs, "Deployment")[0]
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     s = parse_settings({}, {e["name"]: e["value"] for e in c["env"]})
@@ -426,8 +505,17 @@ def test_triton_pod_monitor_takes_namespace_and_pod_from_the_target(helm: str) -
 
 
 def test_notes_say_where_things_are(helm: str) -> None:
-    got = run_helm(helm, "install", "rel", str(CHART), "--dry-run=client", "-n", "ops",
-                   "--set", "watchNamespaces={team-a}")
+    got = run_helm(
+        helm,
+        "install",
+        "rel",
+        str(CHART),
+        "--dry-run=client",
+        "-n",
+        "ops",
+        "--set",
+        "watchNamespaces={team-a}",
+    )
     assert got.returncode == 0, got.stderr
     notes = got.stdout.split("NOTES:", 1)[1]
     assert "team-a" in notes and "rel-batchop-metrics" in notes and "kubectl get bm" in notes
@@ -453,15 +541,23 @@ def _rule_group(helm: str) -> dict[str, Any]:
 def test_alert_rules_and_dashboard_queries_parse(helm: str, promtool: str, tmp_path: Path) -> None:
     """promtool parses every alert and, as recording rules, every dashboard query."""
     rules = _rule_group(helm)
-    rules["groups"].append({"name": "dashboard", "rules": [
-        {"record": f"dashboard:query_{i}",
-         "expr": dashboard.substitute(q.expr, "ns", "bm", interval="1m")}
-        for i, (_, q) in enumerate(dashboard.all_queries())
-    ]})
+    rules["groups"].append(
+        {
+            "name": "dashboard",
+            "rules": [
+                {
+                    "record": f"dashboard:query_{i}",
+                    "expr": dashboard.substitute(q.expr, "ns", "bm", interval="1m"),
+                }
+                for i, (_, q) in enumerate(dashboard.all_queries())
+            ],
+        }
+    )
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(rules))
-    got = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True,
-                         text=True, timeout=60)
+    got = subprocess.run(
+        [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert got.returncode == 0, got.stdout + got.stderr
 
 
@@ -475,56 +571,83 @@ def test_alerts_fire_when_and_only_when_they_should(
 
     def series(name: str, bm: str, value: str, **labels: str) -> dict[str, str]:
         extra = "".join(f', {k}="{v}"' for k, v in labels.items())
-        return {"series": f'{name}{{namespace="ml", batchedmodel="{bm}"{extra}}}',
-                "values": value}
+        return {"series": f'{name}{{namespace="ml", batchedmodel="{bm}"{extra}}}', "values": value}
 
     def expected(name: str, bm: str, value: str, **labels: str) -> dict[str, Any]:
         def fill(text: str) -> str:
-            return (text.replace("{{ $labels.namespace }}", "ml")
-                    .replace("{{ $labels.batchedmodel }}", bm)
-                    .replace("{{ $value | humanize }}", value))
-        return {"exp_labels": {"severity": "warning", "namespace": "ml", "batchedmodel": bm,
-                               **labels},
-                "exp_annotations": {"summary": fill(alerts[name].summary),
-                                    "description": fill(alerts[name].description)}}
+            return (
+                text.replace("{{ $labels.namespace }}", "ml")
+                .replace("{{ $labels.batchedmodel }}", bm)
+                .replace("{{ $value | humanize }}", value)
+            )
+
+        return {
+            "exp_labels": {"severity": "warning", "namespace": "ml", "batchedmodel": bm, **labels},
+            "exp_annotations": {
+                "summary": fill(alerts[name].summary),
+                "description": fill(alerts[name].description),
+            },
+        }
 
     p99 = "nv_inference_request_summary_us"
     test = {
         "rule_files": ["rules.yaml"],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                series(p99, "hot", "60000x30", pod="hot-0", quantile="0.99"),
-                series(p99, "hot", "20000x30", pod="hot-1", quantile="0.99"),
-                series(p99, "cool", "30000x30", pod="cool-0", quantile="0.99"),
-                series("batchop_slo_p99_milliseconds", "hot", "50x30"),
-                series("batchop_slo_p99_milliseconds", "cool", "50x30"),
-                series("batchop_condition", "hot", "1x30", type="CapacityLimited"),
-                series("batchop_condition", "cool", "0x30", type="CapacityLimited"),
-                series("batchop_condition", "hot", "1x30", type="MetricsAvailable"),
-                series("batchop_condition", "cool", "0x30", type="MetricsAvailable"),
-                {"series": "batchop_tick_duration_seconds_count", "values": "0+1x30"},
-            ],
-            "alert_rule_test": [
-                {"eval_time": "5m", "alertname": "BatchedModelP99OverSLO", "exp_alerts": []},
-                {"eval_time": "12m", "alertname": "BatchedModelP99OverSLO",
-                 "exp_alerts": [expected("BatchedModelP99OverSLO", "hot", "60")]},
-                {"eval_time": "12m", "alertname": "BatchedModelCapacityLimited",
-                 "exp_alerts": []},
-                {"eval_time": "20m", "alertname": "BatchedModelCapacityLimited",
-                 "exp_alerts": [expected("BatchedModelCapacityLimited", "hot", "1")]},
-                {"eval_time": "10m", "alertname": "BatchedModelMetricsUnavailable",
-                 "exp_alerts": [expected("BatchedModelMetricsUnavailable", "cool", "0")]},
-                {"eval_time": "20m", "alertname": "BatchopOperatorMetricsAbsent",
-                 "exp_alerts": []},
-            ],
-        }],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    series(p99, "hot", "60000x30", pod="hot-0", quantile="0.99"),
+                    series(p99, "hot", "20000x30", pod="hot-1", quantile="0.99"),
+                    series(p99, "cool", "30000x30", pod="cool-0", quantile="0.99"),
+                    series("batchop_slo_p99_milliseconds", "hot", "50x30"),
+                    series("batchop_slo_p99_milliseconds", "cool", "50x30"),
+                    series("batchop_condition", "hot", "1x30", type="CapacityLimited"),
+                    series("batchop_condition", "cool", "0x30", type="CapacityLimited"),
+                    series("batchop_condition", "hot", "1x30", type="MetricsAvailable"),
+                    series("batchop_condition", "cool", "0x30", type="MetricsAvailable"),
+                    {"series": "batchop_tick_duration_seconds_count", "values": "0+1x30"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "5m", "alertname": "BatchedModelP99OverSLO", "exp_alerts": []},
+                    {
+                        "eval_time": "12m",
+                        "alertname": "BatchedModelP99OverSLO",
+                        "exp_alerts": [expected("BatchedModelP99OverSLO", "hot", "60")],
+                    },
+                    {
+                        "eval_time": "12m",
+                        "alertname": "BatchedModelCapacityLimited",
+                        "exp_alerts": [],
+                    },
+                    {
+                        "eval_time": "20m",
+                        "alertname": "BatchedModelCapacityLimited",
+                        "exp_alerts": [expected("BatchedModelCapacityLimited", "hot", "1")],
+                    },
+                    {
+                        "eval_time": "10m",
+                        "alertname": "BatchedModelMetricsUnavailable",
+                        "exp_alerts": [expected("BatchedModelMetricsUnavailable", "cool", "0")],
+                    },
+                    {
+                        "eval_time": "20m",
+                        "alertname": "BatchopOperatorMetricsAbsent",
+                        "exp_alerts": [],
+                    },
+                ],
+            }
+        ],
     }
     path = tmp_path / "test.yaml"
     path.write_text(yaml.safe_dump(test))
-    got = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
-                         text=True, timeout=60, cwd=tmp_path)
+    got = subprocess.run(
+        [promtool, "test", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert got.returncode == 0, got.stdout + got.stderr
 
 
@@ -539,22 +662,42 @@ def test_decision_annotation_marks_first_and_later_decisions_only(
     (tmp_path / "none.yaml").write_text("groups: []\n")
 
     def at(seconds: int, marked: bool) -> dict[str, Any]:
-        samples = [{"labels": "{" + ", ".join(f'{k}="{v}"' for k, v in out.items()) + "}",
-                    "value": 1}] if marked else []
+        samples = (
+            [{"labels": "{" + ", ".join(f'{k}="{v}"' for k, v in out.items()) + "}", "value": 1}]
+            if marked
+            else []
+        )
         return {"expr": expr, "eval_time": f"{seconds}s", "exp_samples": samples}
 
     test = {
         "rule_files": ["none.yaml"],
-        "tests": [{
-            "interval": "30s",
-            # absent at 0, 30, 60 s; first decision at 90 s; second at 180 s
-            "input_series": [{"series": f"batchop_decisions_total{{{labels}}}",
-                              "values": "_ _ _ 1 1 1 2 2 2"}],
-            "promql_expr_test": [at(60, False), at(90, True), at(120, False),
-                                 at(150, False), at(180, True), at(210, False)],
-        }],
+        "tests": [
+            {
+                "interval": "30s",
+                # absent at 0, 30, 60 s; first decision at 90 s; second at 180 s
+                "input_series": [
+                    {
+                        "series": f"batchop_decisions_total{{{labels}}}",
+                        "values": "_ _ _ 1 1 1 2 2 2",
+                    }
+                ],
+                "promql_expr_test": [
+                    at(60, False),
+                    at(90, True),
+                    at(120, False),
+                    at(150, False),
+                    at(180, True),
+                    at(210, False),
+                ],
+            }
+        ],
     }
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
-    got = subprocess.run([promtool, "test", "rules", "test.yaml"], capture_output=True,
-                         text=True, timeout=60, cwd=tmp_path)
+    got = subprocess.run(
+        [promtool, "test", "rules", "test.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert got.returncode == 0, got.stdout + got.stderr

@@ -104,11 +104,23 @@ def test_targets_follow_the_issue() -> None:
     assert bench.targets(ours, oracle, best, summary)["x_best_hpa"] is False
 
 
-def case(name: str, policy: str, window: float, request: float, gpu_s: float,
-         fraction: float | None = None) -> dict[str, object]:
-    return {"profile_name": "p", "trace_name": name, "policy": policy,
-            "hpa_fraction": fraction, "window_attainment": window, "slo_attainment": request,
-            "gpu_seconds": gpu_s}
+def case(
+    name: str,
+    policy: str,
+    window: float,
+    request: float,
+    gpu_s: float,
+    fraction: float | None = None,
+) -> dict[str, object]:
+    return {
+        "profile_name": "p",
+        "trace_name": name,
+        "policy": policy,
+        "hpa_fraction": fraction,
+        "window_attainment": window,
+        "slo_attainment": request,
+        "gpu_seconds": gpu_s,
+    }
 
 
 def test_one_rule_counts_where_a_fixed_fraction_holds_as_well_and_what_it_costs() -> None:
@@ -154,11 +166,15 @@ def test_lost_windows_are_set_against_the_oracles_same_windows() -> None:
     lines = bench.lost_window_lines(got)
     assert lines[0].startswith("p a x2: batchop lost 2 (reactive-oracle 1, oracle 0): min 1 (80")
     assert "100 -> 900 req/s, busiest second 1,200, ready 1 -> 1 (3 asked)" in lines[0]
-    assert lines[0].endswith("min 3 (80 ms): 100 -> 900 req/s, busiest second 1,200, ready 1 "
-                             "-> 1 (1 asked); reactive oracle held, oracle held")
+    assert lines[0].endswith(
+        "min 3 (80 ms): 100 -> 900 req/s, busiest second 1,200, ready 1 "
+        "-> 1 (1 asked); reactive oracle held, oracle held"
+    )
     assert lines[1] == "p b x1: batchop lost 0 (reactive-oracle -, oracle -)"  # not run
-    assert lines[2].startswith("all cases: windows lost by batchop 2; of them, lost by the "
-                               "reactive oracle too 1, by the oracle too 0")
+    assert lines[2].startswith(
+        "all cases: windows lost by batchop 2; of them, lost by the "
+        "reactive oracle too 1, by the oracle too 0"
+    )
 
 
 def test_azure_code_has_its_own_scale_per_profile() -> None:
@@ -202,5 +218,6 @@ def test_reach_names_the_cheapest_run_without_foresight_that_holds_the_slo_targe
         "hpa 0.2 at 2.50x the oracle; batchop does not; the oracle is 0.67x the best-tuned "
         "hpa/keda (hpa 0.5)"
     )
-    assert lines[-1].endswith("on 1 of 2; the oracle itself is within 0.8x the best-tuned "
-                              "hpa/keda on 1 of 2")
+    assert lines[-1].endswith(
+        "on 1 of 2; the oracle itself is within 0.8x the best-tuned hpa/keda on 1 of 2"
+    )

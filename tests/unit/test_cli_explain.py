@@ -20,30 +20,54 @@ BM = {
     "spec": {
         "slo": {"p99LatencyMilliseconds": 25},
         "scaling": {"replicas": 3, "minReplicas": 1, "maxReplicas": 8},
-        "batching": {"maxQueueDelayMicroseconds": 500, "minQueueDelayMicroseconds": 0,
-                     "maxQueueDelayLimitMicroseconds": 10000},
+        "batching": {
+            "maxQueueDelayMicroseconds": 500,
+            "minQueueDelayMicroseconds": 0,
+            "maxQueueDelayLimitMicroseconds": 10000,
+        },
         "autotune": {"queueDelay": True, "replicas": True},
     },
     "status": {
-        "observedGeneration": 3, "replicas": 3, "readyReplicas": 2,
+        "observedGeneration": 3,
+        "replicas": 3,
+        "readyReplicas": 2,
         "maxQueueDelayMicroseconds": 1200,
-        "metrics": {"requestsPerSecond": 950.0, "peakRequestsPerSecond": 2400.0,
-                    "p99LatencyMilliseconds": 31.5,
-                    "averageBatchSize": 7.9, "queueMilliseconds": 0.8,
-                    "rejectedPerSecond": 0.0},
-        "lastDecision": {"time": "2026-12-02T00:55:00Z", "replicas": 3,
-                         "maxQueueDelayMicroseconds": 1200,
-                         "reason": "p99 31.5 ms over the 21 ms margin at 950 req/s: scale up"},
-        "conditions": [{"type": "SLOMet", "status": "False", "reason": "P99AboveSLO",
-                        "message": "p99 31.5 ms > SLO 25 ms",
-                        "lastTransitionTime": "2026-12-02T00:55:00Z"}],
+        "metrics": {
+            "requestsPerSecond": 950.0,
+            "peakRequestsPerSecond": 2400.0,
+            "p99LatencyMilliseconds": 31.5,
+            "averageBatchSize": 7.9,
+            "queueMilliseconds": 0.8,
+            "rejectedPerSecond": 0.0,
+        },
+        "lastDecision": {
+            "time": "2026-12-02T00:55:00Z",
+            "replicas": 3,
+            "maxQueueDelayMicroseconds": 1200,
+            "reason": "p99 31.5 ms over the 21 ms margin at 950 req/s: scale up",
+        },
+        "conditions": [
+            {
+                "type": "SLOMet",
+                "status": "False",
+                "reason": "P99AboveSLO",
+                "message": "p99 31.5 ms > SLO 25 ms",
+                "lastTransitionTime": "2026-12-02T00:55:00Z",
+            }
+        ],
     },
 }
 
 
 def _event(reason: str, stamp: str, message: str, count: int = 1) -> dict:
-    return {"type": "Normal", "reason": reason, "message": message, "count": count,
-            "lastTimestamp": stamp, "metadata": {"creationTimestamp": stamp}}
+    return {
+        "type": "Normal",
+        "reason": reason,
+        "message": message,
+        "count": count,
+        "lastTimestamp": stamp,
+        "metadata": {"creationTimestamp": stamp},
+    }
 
 
 EVENTS = [
@@ -72,8 +96,10 @@ def test_text_says_what_was_decided_and_why() -> None:
     assert "1,200 us applied (bounds 0..10,000 us)" in text
     assert "Last decision: 2026-12-02T00:55:00Z (5m ago)" in text
     assert "why           p99 31.5 ms over the 21 ms margin at 950 req/s: scale up" in text
-    assert ("rate 950 req/s (busiest scrape interval 2,400 req/s), p99 31.5 ms (SLO 25 ms), "
-            "average batch 7.9") in text
+    assert (
+        "rate 950 req/s (busiest scrape interval 2,400 req/s), p99 31.5 ms (SLO 25 ms), "
+        "average batch 7.9"
+    ) in text
     assert "SLOMet            False    P99AboveSLO: p99 31.5 ms > SLO 25 ms" in text
     assert "DelayChanged: delay 500 -> 1200 us (x2)" in text
     assert text.index("DelayChanged") < text.index("Scaled")
@@ -87,8 +113,10 @@ def test_decision_kind_and_prediction_are_shown_when_status_has_them() -> None:
 
 
 def test_a_new_object_without_status_reads_as_such() -> None:
-    bare = {"metadata": {"name": "new", "namespace": "ml", "generation": 1},
-            "spec": {"slo": {"p99LatencyMilliseconds": 50}}}
+    bare = {
+        "metadata": {"name": "new", "namespace": "ml", "generation": 1},
+        "spec": {"slo": {"p99LatencyMilliseconds": 50}},
+    }
     text = render_text(explanation(bare, []), NOW)
     assert "Last decision: none recorded" in text
     assert "Metrics: none recorded yet" in text
@@ -98,12 +126,18 @@ def test_a_new_object_without_status_reads_as_such() -> None:
 
 @pytest.mark.parametrize(
     ("target", "rule"),
-    [("resnet", "expected NAMESPACE/NAME"), ("/resnet", "expected NAMESPACE/NAME"),
-     ("ml/", "expected NAMESPACE/NAME"), ("ML/resnet", "must be a DNS-1123 label"),
-     ("ml/Res_net", "must be a DNS-1035 label"), ("m" * 64 + "/x", "must be a DNS-1123 label")],
+    [
+        ("resnet", "expected NAMESPACE/NAME"),
+        ("/resnet", "expected NAMESPACE/NAME"),
+        ("ml/", "expected NAMESPACE/NAME"),
+        ("ML/resnet", "must be a DNS-1123 label"),
+        ("ml/Res_net", "must be a DNS-1035 label"),
+        ("m" * 64 + "/x", "must be a DNS-1123 label"),
+    ],
 )
-def test_bad_target_is_a_usage_error(target: str, rule: str,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_target_is_a_usage_error(
+    target: str, rule: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(ExplainError) as err:
         parse_target(target)
     assert err.value.code == 2 and rule in str(err.value)
@@ -114,8 +148,9 @@ def test_bad_target_is_a_usage_error(target: str, rule: str,
     assert len(captured.err.strip().splitlines()) == 1
 
 
-def test_missing_kubeconfig_is_an_input_error(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_kubeconfig_is_an_input_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     missing = tmp_path / "nope.yaml"
     assert main(["explain", "ml/resnet", "--kubeconfig", str(missing)]) == 2
     err = capsys.readouterr().err
@@ -123,10 +158,13 @@ def test_missing_kubeconfig_is_an_input_error(tmp_path: Path,
     assert len(err.strip().splitlines()) == 1
 
 
-def test_unreachable_api_server_is_a_runtime_error(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreachable_api_server_is_a_runtime_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "c",
         "clusters": [{"name": "k", "cluster": {"server": "http://127.0.0.1:9"}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],

@@ -27,8 +27,13 @@ PROFILE = TINY_PROFILE
 
 def _batchop(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
-    return subprocess.run([sys.executable, "-m", "batchop", *args], capture_output=True,
-                          text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "batchop", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 @pytest.fixture()
@@ -40,14 +45,16 @@ def profile(tmp_path: Path) -> Path:
 
 # --- version -----------------------------------------------------------------------------
 
+
 def test_version_flag_and_command_agree_and_name_the_commit() -> None:
     flag = _batchop("--version")
     command = _batchop("version")
     assert flag.returncode == command.returncode == 0, flag.stderr + command.stderr
     assert flag.stdout == command.stdout
     assert flag.stdout.startswith(f"batchop {__version__}")
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True)
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
     if head.returncode != 0:
         pytest.skip("not a git checkout: no commit to name")
     assert f"(commit {head.stdout.strip()}" in flag.stdout
@@ -63,6 +70,7 @@ def test_version_as_json_and_yaml(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 # --- -o json|yaml ------------------------------------------------------------------------
+
 
 def test_dumps_json_and_yaml_carry_the_same_object_and_no_nan() -> None:
     obj = {"a": 1, "b": [1.5, float("nan")], "c": {"d": float("inf"), "e": "x"}}
@@ -83,8 +91,13 @@ def test_every_output_flag_means_the_same_formats() -> None:
             want = ["yaml", "json"] if path in manifests else ["text", "json", "yaml"]
             assert node.choices["-o"] == want, path
             found.append(path)
-    assert {"batchop plan", "batchop version", "batchop explain", "batchop local status",
-            *manifests} <= set(found)
+    assert {
+        "batchop plan",
+        "batchop version",
+        "batchop explain",
+        "batchop local status",
+        *manifests,
+    } <= set(found)
 
 
 def test_manifests_as_json_are_the_same_objects(capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,57 +128,80 @@ def test_plan_json_alias_equals_output_json(
 
 # --- plan's snippet ----------------------------------------------------------------------
 
+
 def _snippet_manifest(snippet: dict) -> dict:
     spec = snippet["spec"]
     model = {"name": "tiny", "repository": "s3://bucket/models", **spec["model"]}
-    return {"apiVersion": "batchop.io/v1alpha1", "kind": "BatchedModel",
-            "metadata": {"name": "tiny", "namespace": "ml"},
-            "spec": {**spec, "model": model}}
+    return {
+        "apiVersion": "batchop.io/v1alpha1",
+        "kind": "BatchedModel",
+        "metadata": {"name": "tiny", "namespace": "ml"},
+        "spec": {**spec, "model": model},
+    }
 
 
 def test_plan_prints_a_snippet_the_api_accepts(
     profile: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["plan", "--profile", str(profile), "--rps", "300", "--slo-ms", "40",
-            "--max-replicas", "6", "--max-delay-us", "8000"]
+    args = [
+        "plan",
+        "--profile",
+        str(profile),
+        "--rps",
+        "300",
+        "--slo-ms",
+        "40",
+        "--max-replicas",
+        "6",
+        "--max-delay-us",
+        "8000",
+    ]
     assert main([*args, "-o", "json"]) == 0
     planned = json.loads(capsys.readouterr().out)
     assert main(args) == 0
     text = capsys.readouterr().out
-    snippet = yaml.safe_load(text[text.index("spec:"):])
+    snippet = yaml.safe_load(text[text.index("spec:") :])
     assert snippet == planned["batchedModel"]
     spec = snippet["spec"]
-    assert spec["scaling"] == {"replicas": planned["replicas"], "minReplicas": 1,
-                               "maxReplicas": 6}
+    assert spec["scaling"] == {"replicas": planned["replicas"], "minReplicas": 1, "maxReplicas": 6}
     assert spec["batching"]["maxQueueDelayMicroseconds"] == planned["delay_us"]
     assert spec["batching"]["maxQueueDelayLimitMicroseconds"] == 8000
     assert spec["slo"] == {"p99LatencyMilliseconds": 40.0}
-    assert spec["model"]["latencyProfile"] == [{"batchSize": 1, "milliseconds": 2.0},
-                                               {"batchSize": 8, "milliseconds": 5.0}]
+    assert spec["model"]["latencyProfile"] == [
+        {"batchSize": 1, "milliseconds": 2.0},
+        {"batchSize": 8, "milliseconds": 5.0},
+    ]
     bm = parse_batched_model(_snippet_manifest(snippet))  # the API's own rules
     assert bm.spec.scaling.replicas == planned["replicas"]
 
 
 # --- help shows defaults -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("command", "option", "default"),
-    [("simulate", "--min-replicas", "1"), ("simulate", "--max-delay-us", "20000"),
-     ("plan", "--max-replicas", "8"), ("explain", "--events", "10"),
-     ("bench", "--seed", "1"), ("plan", "--output", "text")],
+    [
+        ("simulate", "--min-replicas", "1"),
+        ("simulate", "--max-delay-us", "20000"),
+        ("plan", "--max-replicas", "8"),
+        ("explain", "--events", "10"),
+        ("bench", "--seed", "1"),
+        ("plan", "--output", "text"),
+    ],
 )
-def test_help_shows_defaults(command: str, option: str, default: str,
-                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_help_shows_defaults(
+    command: str, option: str, default: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main([command, "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # help wraps lines
-    out = out[out.index("options:"):]  # past the usage line
-    after = out[out.index(option):]
+    out = out[out.index("options:") :]  # past the usage line
+    after = out[out.index(option) :]
     shown = after[: after.index(")") + 1]
     assert f"(default: {default})" in shown, shown
 
 
 def test_help_does_not_repeat_a_default_the_text_already_names(
-    capsys: pytest.CaptureFixture[str]
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["load", "--help"]) == 0
     out = capsys.readouterr().out
@@ -174,16 +210,18 @@ def test_help_does_not_repeat_a_default_the_text_already_names(
 
 # --- completion --------------------------------------------------------------------------
 
+
 def _complete(script: str, words: list[str]) -> list[str]:
     """Run the bash completion function on `words` (the last is being typed)."""
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("bash not installed: cannot run the completion script")
     quoted = " ".join("'" + w.replace("'", "'\\''") + "'" for w in words)
-    probe = (f"{script}\nCOMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}\n"
-             "_batchop_complete; printf '%s\\n' \"${COMPREPLY[@]}\"\n")
-    out = subprocess.run([bash, "--norc", "-c", probe], capture_output=True, text=True,
-                         timeout=30)
+    probe = (
+        f"{script}\nCOMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}\n"
+        "_batchop_complete; printf '%s\\n' \"${COMPREPLY[@]}\"\n"
+    )
+    out = subprocess.run([bash, "--norc", "-c", probe], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -196,8 +234,12 @@ def test_bash_completion_lists_commands_options_and_choices() -> None:
     assert set(_complete(script, ["batchop", "plan", "--max-r"])) == {"--max-replicas"}
     assert _complete(script, ["batchop", "plan", "-o", ""]) == ["text", "json", "yaml"]
     assert _complete(script, ["batchop", "simulate", "--policy", "ai"]) == ["aimd"]
-    assert set(_complete(script, ["batchop", "local", ""])) == {"up", "down", "status",
-                                                                 "kubeconfig"}
+    assert set(_complete(script, ["batchop", "local", ""])) == {
+        "up",
+        "down",
+        "status",
+        "kubeconfig",
+    }
     assert "--gpus-per-node" in _complete(script, ["batchop", "local", "up", "--gp"])
     assert _complete(script, ["batchop", "completion", ""]) == ["bash", "zsh"]
 
@@ -217,6 +259,7 @@ def test_completion_command_prints_the_scripts(capsys: pytest.CaptureFixture[str
 
 # --- progress ----------------------------------------------------------------------------
 
+
 class _Tty(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -233,7 +276,17 @@ def test_progress_off_a_terminal_is_plain_lines() -> None:
     lines = text.splitlines()
     assert lines[0] == "simulating x:   5%" and lines[-1] == "simulating x: 100%"
     assert [line[-4:] for line in lines] == [
-        "  5%", " 10%", " 20%", " 30%", " 40%", " 50%", " 60%", " 70%", " 80%", " 90%", "100%"
+        "  5%",
+        " 10%",
+        " 20%",
+        " 30%",
+        " 40%",
+        " 50%",
+        " 60%",
+        " 70%",
+        " 80%",
+        " 90%",
+        "100%",
     ]  # one line a tenth, not one a call
 
 
@@ -246,18 +299,27 @@ def test_progress_on_a_terminal_redraws_in_place() -> None:
     assert stream.getvalue() == "\rsimulating x:  50%\rsimulating x: 100%\n"
 
 
-def test_simulate_progress_in_a_log_has_no_carriage_return(profile: Path,
-                                                           tmp_path: Path) -> None:
+def test_simulate_progress_in_a_log_has_no_carriage_return(profile: Path, tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("second,rps\n0,200\n60,0\n")
-    run = _batchop("simulate", "--profile", str(profile), "--trace", str(trace),
-                   "--slo-ms", "20", "--json", str(tmp_path / "r.json"))
+    run = _batchop(
+        "simulate",
+        "--profile",
+        str(profile),
+        "--trace",
+        str(trace),
+        "--slo-ms",
+        "20",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert run.returncode == 0, run.stderr
     assert "\r" not in run.stderr
     assert "simulating batchop:" in run.stderr
 
 
 # --- docs --------------------------------------------------------------------------------
+
 
 def test_docs_cli_lists_every_command_with_an_example() -> None:
     doc = (ROOT / "docs" / "cli.md").read_text()
@@ -266,16 +328,29 @@ def test_docs_cli_lists_every_command_with_an_example() -> None:
     assert len(commands) >= 12
     for path in commands:
         assert f"`{path}" in doc, f"docs/cli.md does not describe `{path}`"
-        example = [line for line in doc.splitlines()
-                   if line.startswith("    ") and path in line and "#" not in line[:6]]
+        example = [
+            line
+            for line in doc.splitlines()
+            if line.startswith("    ") and path in line and "#" not in line[:6]
+        ]
         assert example, f"docs/cli.md has no example of `{path}`"
 
 
-def test_an_infeasible_plan_offers_no_snippet(profile: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_infeasible_plan_offers_no_snippet(
+    profile: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Nothing to paste when even --max-replicas misses the SLO margin (exit 1)."""
-    args = ["plan", "--profile", str(profile), "--rps", "50000", "--slo-ms", "40",
-            "--max-replicas", "1"]
+    args = [
+        "plan",
+        "--profile",
+        str(profile),
+        "--rps",
+        "50000",
+        "--slo-ms",
+        "40",
+        "--max-replicas",
+        "1",
+    ]
     assert main(args) == 1
     captured = capsys.readouterr()
     assert "--max-replicas 1 serves about" in captured.err and "spec:" not in captured.out

@@ -48,15 +48,27 @@ def test_latency_ticks_refuse_a_range_a_log_axis_cannot_show(bad: tuple[float, f
 
 def test_tick_labels_are_plain_milliseconds() -> None:
     assert [format_ms(v) for v in (0.05, 0.5, 2.0, 50.0, 1000.0, 2.5)] == [
-        "0.05", "0.5", "2", "50", "1,000", "2.5"
+        "0.05",
+        "0.5",
+        "2",
+        "50",
+        "1,000",
+        "2.5",
     ]
     assert slo_label(40.0) == "SLO 40 ms" and slo_label(12.5) == "SLO 12.5 ms"
 
 
 @pytest.mark.parametrize(
     ("top", "want"),
-    [(1, [0, 1]), (3, [0, 1, 2, 3]), (7, list(range(8))), (8, [0, 2, 4, 6, 8]),
-     (20, [0, 3, 6, 9, 12, 15, 18, 21]), (0, [0, 1]), (2.5, [0, 1, 2, 3])],
+    [
+        (1, [0, 1]),
+        (3, [0, 1, 2, 3]),
+        (7, list(range(8))),
+        (8, [0, 2, 4, 6, 8]),
+        (20, [0, 3, 6, 9, 12, 15, 18, 21]),
+        (0, [0, 1]),
+        (2.5, [0, 1, 2, 3]),
+    ],
 )
 def test_replica_ticks_are_whole_numbers_reaching_the_top(top: float, want: list[int]) -> None:
     ticks = replica_ticks(top)
@@ -75,8 +87,23 @@ def _simulate(tmp_path: Path, trace: str, *extra: str) -> tuple[dict, Path]:
     csv = tmp_path / "t.csv"
     csv.write_text(trace)
     out, png = tmp_path / "r.json", tmp_path / "r.png"
-    code = main(["simulate", "--profile", str(profile), "--trace", str(csv), "--slo-ms", "20",
-                 "--json", str(out), "--plot", str(png), "--quiet", *extra])
+    code = main(
+        [
+            "simulate",
+            "--profile",
+            str(profile),
+            "--trace",
+            str(csv),
+            "--slo-ms",
+            "20",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+            "--quiet",
+            *extra,
+        ]
+    )
     assert code == 0
     return json.loads(out.read_text()), png
 
@@ -102,12 +129,27 @@ def test_plot_draws_rejected_per_second_when_requests_were_refused(tmp_path: Pat
     pytest.importorskip("matplotlib")
     from matplotlib import image
 
-    rows = [{"t": float(t), "rps": 100.0, "p99_ms": 5.0, "served_p99_ms": 4.0,
-             "delay_us": 500, "avg_batch": 3.0, "replicas": 2, "ready": 2,
-             "rejected": 50 if 30 <= t < 60 else 0} for t in range(0, 120, 10)]
+    rows = [
+        {
+            "t": float(t),
+            "rps": 100.0,
+            "p99_ms": 5.0,
+            "served_p99_ms": 4.0,
+            "delay_us": 500,
+            "avg_batch": 3.0,
+            "replicas": 2,
+            "ready": 2,
+            "rejected": 50 if 30 <= t < 60 else 0,
+        }
+        for t in range(0, 120, 10)
+    ]
     refused = {"timeline": rows, "slo_ms": 20.0, "policy": "p", "rejected": 150}
-    clean = {"timeline": [{**r, "rejected": 0} for r in rows], "slo_ms": 20.0, "policy": "p",
-             "rejected": 0}
+    clean = {
+        "timeline": [{**r, "rejected": 0} for r in rows],
+        "slo_ms": 20.0,
+        "policy": "p",
+        "rejected": 0,
+    }
     plot_timeline(refused, tmp_path / "a.png")
     plot_timeline(clean, tmp_path / "b.png")
     a, b = image.imread(tmp_path / "a.png"), image.imread(tmp_path / "b.png")

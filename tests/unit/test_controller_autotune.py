@@ -64,9 +64,14 @@ def test_tuning_spec_maps_the_latency_profile_and_the_overload_guard() -> None:
     assert tuning_spec(bm).overload_reject  # the API's default: Reject, timeout derived
     assert tuning_spec(bm).queue_timeout_us is None
     bm["spec"]["model"]["latencyProfile"] = [
-        {"batchSize": 8, "milliseconds": 6}, {"batchSize": 1, "milliseconds": 4.0}]
-    bm["spec"]["overload"] = {"policy": "Reject", "queueTimeoutMicroseconds": 30_000,
-                              "maxQueueSize": 12}
+        {"batchSize": 8, "milliseconds": 6},
+        {"batchSize": 1, "milliseconds": 4.0},
+    ]
+    bm["spec"]["overload"] = {
+        "policy": "Reject",
+        "queueTimeoutMicroseconds": 30_000,
+        "maxQueueSize": 12,
+    }
     spec = tuning_spec(bm)
     assert spec.prior_batch_latency_ms == ((1, 4.0), (8, 6.0))
     assert (spec.queue_timeout_us, spec.max_queue_size) == (30_000, 12)

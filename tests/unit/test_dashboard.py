@@ -18,8 +18,9 @@ def test_panels_have_unique_ids_targets_and_do_not_overlap() -> None:
         assert len({t["refId"] for t in p["targets"]}) == len(p["targets"])
         g = p["gridPos"]
         assert g["x"] + g["w"] <= 24
-        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"])
-                for y in range(g["y"], g["y"] + g["h"])}
+        mine = {
+            (x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])
+        }
         assert not cells & mine, f"{p['title']} overlaps another panel"
         cells |= mine
 

@@ -28,8 +28,17 @@ def test_trace_steps_up_then_down_within_duration() -> None:
 
 
 def test_table_row_aligns_with_header_and_shows_missing() -> None:
-    s = Sample(t=12.0, rps=None, p99_ms=18.25, slo_ms=40, delay_us=500, replicas=2, ready=1,
-               avg_batch=None, offered_rps=320)
+    s = Sample(
+        t=12.0,
+        rps=None,
+        p99_ms=18.25,
+        slo_ms=40,
+        delay_us=500,
+        replicas=2,
+        ready=1,
+        avg_batch=None,
+        offered_rps=320,
+    )
     row = table_row(s)
     assert len(row.split()) == len(TABLE_HEADER.split())
     assert "18.2" in row and row.split()[2] == "-"
@@ -49,8 +58,19 @@ def test_report_files_and_exit_code(tmp_path: Path) -> None:
     result = DemoResult()
     assert main_exit_code(result) == 1  # no samples: not a real run
     for i, (rps, p99) in enumerate([(None, None), (55.0, 12.0), (300.0, 31.5)]):
-        result.timeline.append(Sample(t=5.0 * i, rps=rps, p99_ms=p99, slo_ms=40, delay_us=500,
-                                      replicas=1, ready=1, avg_batch=1.5, offered_rps=40))
+        result.timeline.append(
+            Sample(
+                t=5.0 * i,
+                rps=rps,
+                p99_ms=p99,
+                slo_ms=40,
+                delay_us=500,
+                replicas=1,
+                ready=1,
+                avg_batch=1.5,
+                offered_rps=40,
+            )
+        )
     result.decisions.append({"time": "x", "reason": "r", "t": 5.0})
     _write_report(result, tmp_path, lambda _: None)
     report = json.loads((tmp_path / "report.json").read_text())

@@ -69,9 +69,7 @@ def test_hadolint_is_clean() -> None:
 def test_runtime_stage_is_slim_non_root_and_runs_the_operator() -> None:
     parts = stages(DOCKERFILE.read_text())
     assert set(parts) >= {"build", "runtime"}
-    base = dict(
-        shlex.split(a)[0].split("=", 1) for k, a in parts[""] if k == "ARG" and "=" in a
-    )
+    base = dict(shlex.split(a)[0].split("=", 1) for k, a in parts[""] if k == "ARG" and "=" in a)
     runtime = parts["runtime"]
     image = runtime[0][1].split()[0]
     image = re.sub(r"\$\{(\w+)\}", lambda m: base[m.group(1)], image)
@@ -119,15 +117,25 @@ def test_build_stage_replayed_in_a_fresh_venv_runs_batchop(tmp_path: Path) -> No
             for src in sources:
                 path = ROOT / src
                 if path.is_dir():
-                    shutil.copytree(path, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-                        "__pycache__", "*.egg-info"))
+                    shutil.copytree(
+                        path,
+                        target,
+                        dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+                    )
                 else:
                     target.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(path, target / path.name)
         elif keyword == "RUN":
             command = mapped(args).replace("--no-cache-dir", "")  # let repeats use pip's cache
-            got = subprocess.run(["bash", "-euc", command], cwd=cwd, env=env,
-                                 capture_output=True, text=True, timeout=540)
+            got = subprocess.run(
+                ["bash", "-euc", command],
+                cwd=cwd,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=540,
+            )
             assert got.returncode == 0, f"RUN {args}\n{got.stdout[-2000:]}\n{got.stderr[-3000:]}"
         elif keyword not in ("ARG", "LABEL"):
             pytest.fail(f"replay does not know {keyword}; extend the test")
@@ -136,8 +144,14 @@ def test_build_stage_replayed_in_a_fresh_venv_runs_batchop(tmp_path: Path) -> No
     run_env = {"PATH": f"{venv}:/usr/bin:/bin", "HOME": str(tmp_path)}
 
     def batchop(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(venv / "batchop"), *args], capture_output=True, text=True,
-                              env=run_env, cwd=tmp_path, timeout=120)
+        return subprocess.run(
+            [str(venv / "batchop"), *args],
+            capture_output=True,
+            text=True,
+            env=run_env,
+            cwd=tmp_path,
+            timeout=120,
+        )
 
     assert batchop("--help").returncode == 0
     assert batchop("run", "--help").returncode == 0, batchop("run", "--help").stderr
@@ -145,21 +159,44 @@ def test_build_stage_replayed_in_a_fresh_venv_runs_batchop(tmp_path: Path) -> No
     assert crd.returncode == 0, crd.stderr
     assert crd.stdout == (ROOT / "crds" / "batchedmodel.yaml").read_text()
     probe = subprocess.run(
-        [str(venv / "python"), "-c",
-         "import importlib.util as u, kopf, prometheus_client, batchop.metrics,"
-         " batchop.act.triton_reload, grpc, aiohttp;"
-         "print([m for m in ('pytest','hypothesis','ruff','pytriton','aws_cdk',"
-         "'batchop_dev','matplotlib','pandas','numpy','tritonclient','gevent','pip',"
-         "'setuptools') if u.find_spec(m)])"],
-        capture_output=True, text=True, env=run_env, cwd=tmp_path, timeout=120,
+        [
+            str(venv / "python"),
+            "-c",
+            "import importlib.util as u, kopf, prometheus_client, batchop.metrics,"
+            " batchop.act.triton_reload, grpc, aiohttp;"
+            "print([m for m in ('pytest','hypothesis','ruff','pytriton','aws_cdk',"
+            "'batchop_dev','matplotlib','pandas','numpy','tritonclient','gevent','pip',"
+            "'setuptools') if u.find_spec(m)])",
+        ],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "[]", f"test or dev tooling in the image: {probe.stdout}"
     # numpy is the simulator's (extra `sim`): `plan` runs without it, `simulate` says so
-    plan = batchop("plan", "--profile", str(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),
-                   "--rps", "100", "--slo-ms", "50")
+    plan = batchop(
+        "plan",
+        "--profile",
+        str(ROOT / "examples" / "profiles" / "cpu-demo.yaml"),
+        "--rps",
+        "100",
+        "--slo-ms",
+        "50",
+    )
     assert plan.returncode == 0, plan.stderr
-    simulate = batchop("simulate", "--profile", "p.yaml", "--trace", "t.csv", "--slo-ms", "50",
-                       "--json", "out.json")
+    simulate = batchop(
+        "simulate",
+        "--profile",
+        "p.yaml",
+        "--trace",
+        "t.csv",
+        "--slo-ms",
+        "50",
+        "--json",
+        "out.json",
+    )
     assert simulate.returncode == 2 and "batchop[sim]" in simulate.stderr, simulate.stderr
     assert not (tmp_path / "out.json").exists()

@@ -32,13 +32,28 @@ CHART = Path(__file__).resolve().parents[2] / "charts" / "batchop"
 API = ApiEndpoint("127.0.0.1", 32766)
 KUBE_API_ACCESS = {
     "name": "kube-api-access-x7k2p",
-    "projected": {"defaultMode": 420, "sources": [
-        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace",
-                                    "fieldRef": {"apiVersion": "v1",
-                                                 "fieldPath": "metadata.namespace"}}]}},
-    ]},
+    "projected": {
+        "defaultMode": 420,
+        "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {
+                "configMap": {
+                    "name": "kube-root-ca.crt",
+                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                }
+            },
+            {
+                "downwardAPI": {
+                    "items": [
+                        {
+                            "path": "namespace",
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"},
+                        }
+                    ]
+                }
+            },
+        ],
+    },
 }
 
 
@@ -48,23 +63,45 @@ def chart_pod() -> dict[str, Any]:
 
     ensure_tools()
     helm = Path(sys.prefix) / "bin" / "helm"
-    got = subprocess.run([str(helm), "template", "rel", str(CHART), "-n", "ops",
-                          "--set", "image.repository=localhost/batchop",
-                          "--set", "image.tag=0.1.0-abc", "--set", "image.pullPolicy=Never"],
-                         capture_output=True, text=True, timeout=120)
+    got = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "rel",
+            str(CHART),
+            "-n",
+            "ops",
+            "--set",
+            "image.repository=localhost/batchop",
+            "--set",
+            "image.tag=0.1.0-abc",
+            "--set",
+            "image.pullPolicy=Never",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert got.returncode == 0, got.stderr
     (dep,) = [d for d in yaml.safe_load_all(got.stdout) if d and d["kind"] == "Deployment"]
     template = dep["spec"]["template"]
     spec = copy.deepcopy(template["spec"])
     spec["volumes"].append(KUBE_API_ACCESS)
     spec["containers"][0]["volumeMounts"].append(
-        {"name": KUBE_API_ACCESS["name"], "readOnly": True,
-         "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"})
+        {
+            "name": KUBE_API_ACCESS["name"],
+            "readOnly": True,
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+        }
+    )
     spec["nodeName"] = "gpu-node-1"
     return {
-        "metadata": {"namespace": "ops", "name": "rel-batchop-5d9f-abcde",
-                     "uid": "0123abcd-ffff-4444-8888-000000000000",
-                     "labels": template["metadata"]["labels"]},
+        "metadata": {
+            "namespace": "ops",
+            "name": "rel-batchop-5d9f-abcde",
+            "uid": "0123abcd-ffff-4444-8888-000000000000",
+            "labels": template["metadata"]["labels"],
+        },
         "spec": spec,
         "status": {"phase": "Running", "podIP": "127.10.2.7", "hostIP": "127.0.0.1"},
     }
@@ -92,7 +129,8 @@ def test_the_chart_pod_runs_as_a_kubelet_would(chart_pod: dict[str, Any]) -> Non
     assert _flag_values(args, "--security-opt") == ["no-new-privileges"]
     assert _flag_values(args, "--tmpfs") == [f"/tmp:rw,mode=1777,size={64 * 2**20}"]
     assert _flag_values(args, "--volume") == [
-        "{volumes}/kube-api-access-x7k2p:/var/run/secrets/kubernetes.io/serviceaccount:ro"]
+        "{volumes}/kube-api-access-x7k2p:/var/run/secrets/kubernetes.io/serviceaccount:ro"
+    ]
     env = dict(e.split("=", 1) for e in _flag_values(args, "--env"))
     assert env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
     assert env["KUBERNETES_SERVICE_PORT"] == "32766"
@@ -126,35 +164,64 @@ def test_command_args_and_env_expand_like_a_kubelet(chart_pod: dict[str, Any]) -
     pod["spec"]["terminationGracePeriodSeconds"] = 5
     launch = image_launch(pod, API)
     assert _flag_values(launch.run_args, "--entrypoint") == [json.dumps(["batchop", "run"])]
-    assert launch.run_args[-3:] == ("--namespace=ops", "--metrics-address=127.10.2.7:9000",
-                                    "$(NOPE)")
+    assert launch.run_args[-3:] == (
+        "--namespace=ops",
+        "--metrics-address=127.10.2.7:9000",
+        "$(NOPE)",
+    )
     env = dict(e.split("=", 1) for e in _flag_values(launch.run_args, "--env"))
     assert env["WHERE"] == "ops/rel-batchop-5d9f-abcde"
     assert launch.grace_s == 5
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda p: p["spec"]["containers"][0]["env"].append(
-        {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}),
-     "env S: valueFrom.secretKeyRef is not supported"),
-    (lambda p: p["spec"]["volumes"].append({"name": "tmp2", "hostPath": {"path": "/"}})
-     or p["spec"]["containers"][0]["volumeMounts"].append({"name": "tmp2", "mountPath": "/x"}),
-     "volume tmp2: hostPath volumes are not supported"),
-    (lambda p: p["spec"]["containers"][0]["readinessProbe"].update(
-        {"httpGet": None, "exec": {"command": ["true"]}}),
-     "readinessProbe: only httpGet probes"),
-    (lambda p: p["spec"]["containers"][0]["livenessProbe"]["httpGet"].update({"port": "nope"}),
-     "livenessProbe: httpGet.port 'nope' names no port"),
-    (lambda p: p["spec"]["securityContext"].update({"runAsUser": 0}),
-     "runAsNonRoot is true but runAsUser is 0"),
-    (lambda p: p["spec"]["containers"].append({"name": "sidecar", "image": "x"}),
-     "exactly one container"),
-    (lambda p: p["status"].pop("podIP"), "has no podIP yet"),
-    (lambda p: p["spec"]["volumes"][0]["emptyDir"].update({"sizeLimit": "1.5Gi"}),
-     "volume tmp: emptyDir.sizeLimit='1.5Gi': expected a whole quantity"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda p: p["spec"]["containers"][0]["env"].append(
+                {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+            ),
+            "env S: valueFrom.secretKeyRef is not supported",
+        ),
+        (
+            lambda p: (
+                p["spec"]["volumes"].append({"name": "tmp2", "hostPath": {"path": "/"}})
+                or p["spec"]["containers"][0]["volumeMounts"].append(
+                    {"name": "tmp2", "mountPath": "/x"}
+                )
+            ),
+            "volume tmp2: hostPath volumes are not supported",
+        ),
+        (
+            lambda p: p["spec"]["containers"][0]["readinessProbe"].update(
+                {"httpGet": None, "exec": {"command": ["true"]}}
+            ),
+            "readinessProbe: only httpGet probes",
+        ),
+        (
+            lambda p: p["spec"]["containers"][0]["livenessProbe"]["httpGet"].update(
+                {"port": "nope"}
+            ),
+            "livenessProbe: httpGet.port 'nope' names no port",
+        ),
+        (
+            lambda p: p["spec"]["securityContext"].update({"runAsUser": 0}),
+            "runAsNonRoot is true but runAsUser is 0",
+        ),
+        (
+            lambda p: p["spec"]["containers"].append({"name": "sidecar", "image": "x"}),
+            "exactly one container",
+        ),
+        (lambda p: p["status"].pop("podIP"), "has no podIP yet"),
+        (
+            lambda p: p["spec"]["volumes"][0]["emptyDir"].update({"sizeLimit": "1.5Gi"}),
+            "volume tmp: emptyDir.sizeLimit='1.5Gi': expected a whole quantity",
+        ),
+    ],
+)
 def test_what_a_kubelet_would_do_but_this_cannot_is_refused_by_name(
-        chart_pod: dict[str, Any], change: Any, message: str) -> None:
+    chart_pod: dict[str, Any], change: Any, message: str
+) -> None:
     pod = copy.deepcopy(chart_pod)
     change(pod)
     with pytest.raises(PodSpecError, match=message.replace("(", r"\(").replace(".", r"\.")):
@@ -166,11 +233,17 @@ def test_quantities_and_the_api_endpoint(tmp_path: Path) -> None:
     assert quantity_bytes("2G", "x") == 2 * 10**9
     assert quantity_bytes("512", "x") == 512
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "b",
-        "clusters": [{"name": "a", "cluster": {"server": "https://10.0.0.1:6443"}},
-                     {"name": "c", "cluster": {"server": "https://127.0.0.1:32766"}}],
-        "contexts": [{"name": "a", "context": {"cluster": "a"}},
-                     {"name": "b", "context": {"cluster": "c"}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "b",
+        "clusters": [
+            {"name": "a", "cluster": {"server": "https://10.0.0.1:6443"}},
+            {"name": "c", "cluster": {"server": "https://127.0.0.1:32766"}},
+        ],
+        "contexts": [
+            {"name": "a", "context": {"cluster": "a"}},
+            {"name": "b", "context": {"cluster": "c"}},
+        ],
     }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))

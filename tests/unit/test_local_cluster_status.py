@@ -14,23 +14,31 @@ def _node(name: str, gpus: str, ready: str = "True") -> dict:
     return {
         "metadata": {"name": name},
         "spec": {"podCIDR": "127.10.1.0/24"},
-        "status": {"allocatable": {"nvidia.com/gpu": gpus},
-                   "conditions": [{"type": "Ready", "status": ready}]},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": gpus},
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
     }
 
 
 def _pod(node: str | None, gpus: int, phase: str = "Running", use_limits: bool = False) -> dict:
     key = "limits" if use_limits else "requests"
     return {
-        "spec": {"nodeName": node,
-                 "containers": [{"resources": {key: {"nvidia.com/gpu": str(gpus)}}}]},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"resources": {key: {"nvidia.com/gpu": str(gpus)}}}],
+        },
         "status": {"phase": phase},
     }
 
 
 def test_live_pods_on_a_node_use_its_gpus() -> None:
-    pods = [_pod("a", 1), _pod("a", 2, use_limits=True), _pod("b", 1, phase="Succeeded"),
-            _pod(None, 4, phase="Pending")]
+    pods = [
+        _pod("a", 1),
+        _pod("a", 2, use_limits=True),
+        _pod("b", 1, phase="Succeeded"),
+        _pod(None, 4, phase="Pending"),
+    ]
     by_name = {n.name: n for n in summarize_nodes([_node("a", "4"), _node("b", "4")], pods)}
     assert (by_name["a"].gpus_requested, by_name["a"].gpus_free) == (3, 1)
     assert (by_name["b"].gpus_requested, by_name["b"].gpus_free) == (0, 4)

@@ -12,15 +12,27 @@ import yaml
 from batchop_dev.image import OperatorImage
 from batchop_dev.local import helmchart
 
-IMAGE = OperatorImage(tag="localhost/batchop:0.1.0-0123456789ab", image_id="x",
-                      size_bytes=1, built=False)
+IMAGE = OperatorImage(
+    tag="localhost/batchop:0.1.0-0123456789ab", image_id="x", size_bytes=1, built=False
+)
 
 
 def test_local_values_render_the_local_image_never_pulled_and_the_stacks_prometheus() -> None:
     values = helmchart.local_values(IMAGE, "http://127.0.0.1:39049", scrape_interval_s=5.0)
-    got = subprocess.run([str(helmchart.helm_binary()), "template", "rel", str(helmchart.CHART),
-                          "-n", "ops", *helmchart.set_flags(values)],
-                         capture_output=True, text=True, timeout=120)
+    got = subprocess.run(
+        [
+            str(helmchart.helm_binary()),
+            "template",
+            "rel",
+            str(helmchart.CHART),
+            "-n",
+            "ops",
+            *helmchart.set_flags(values),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert got.returncode == 0, got.stderr  # the chart's schema accepts every value
     (dep,) = [d for d in yaml.safe_load_all(got.stdout) if d and d["kind"] == "Deployment"]
     (container,) = dep["spec"]["template"]["spec"]["containers"]
@@ -33,7 +45,6 @@ def test_local_values_render_the_local_image_never_pulled_and_the_stacks_prometh
 
 
 def test_an_image_not_built_by_make_image_is_refused() -> None:
-    other = OperatorImage(tag="docker.io/batchop/batchop:1", image_id="", size_bytes=0,
-                          built=False)
+    other = OperatorImage(tag="docker.io/batchop/batchop:1", image_id="", size_bytes=0, built=False)
     with pytest.raises(helmchart.HelmError, match="is not a localhost/batchop:<tag>"):
         helmchart.local_values(other, "http://127.0.0.1:1")

@@ -46,17 +46,31 @@ def test_file_sd_targets_carry_kubernetes_sd_meta_labels() -> None:
 
     pod = {
         "metadata": {"namespace": "ns", "name": "p", "uid": "u", "labels": {POD_LABEL: "bm"}},
-        "spec": {"nodeName": "n", "containers": [
-            {"name": "tritonserver", "ports": [{"name": "http", "containerPort": 8000},
-                                               {"name": "metrics", "containerPort": 8002}]},
-            {"name": "sidecar"},
-        ]},
-        "status": {"podIP": "127.10.1.2", "phase": "Running",
-                   "conditions": [{"type": "Ready", "status": "True"}]},
+        "spec": {
+            "nodeName": "n",
+            "containers": [
+                {
+                    "name": "tritonserver",
+                    "ports": [
+                        {"name": "http", "containerPort": 8000},
+                        {"name": "metrics", "containerPort": 8002},
+                    ],
+                },
+                {"name": "sidecar"},
+            ],
+        },
+        "status": {
+            "podIP": "127.10.1.2",
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }
     groups = pod_targets(pod)
-    assert [g["targets"] for g in groups] == [["127.10.1.2:8000"], ["127.10.1.2:8002"],
-                                              ["127.10.1.2"]]
+    assert [g["targets"] for g in groups] == [
+        ["127.10.1.2:8000"],
+        ["127.10.1.2:8002"],
+        ["127.10.1.2"],
+    ]
     metrics = groups[1]["labels"]
     meta = "__meta_kubernetes_pod_label_" + POD_LABEL.replace(".", "_").replace("/", "_")
     assert metrics[meta] == "bm"

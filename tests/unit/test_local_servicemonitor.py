@@ -23,23 +23,41 @@ def rendered() -> dict[str, dict[str, Any]]:
     from batchop_dev.local.tools import ensure_tools
 
     ensure_tools()
-    got = subprocess.run([str(Path(sys.prefix) / "bin" / "helm"), "template", "rel", str(CHART),
-                          "-n", "ops", "--set", "metrics.serviceMonitor.enabled=true",
-                          "--set", "metrics.serviceMonitor.interval=5s",
-                          "--set", "metrics.serviceMonitor.scrapeTimeout=4s"],
-                         capture_output=True, text=True, timeout=120)
+    got = subprocess.run(
+        [
+            str(Path(sys.prefix) / "bin" / "helm"),
+            "template",
+            "rel",
+            str(CHART),
+            "-n",
+            "ops",
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+            "--set",
+            "metrics.serviceMonitor.interval=5s",
+            "--set",
+            "metrics.serviceMonitor.scrapeTimeout=4s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert got.returncode == 0, got.stderr
     docs = [d for d in yaml.safe_load_all(got.stdout) if d]
     return {d["kind"]: d for d in docs if d["kind"] in ("ServiceMonitor", "Service")}
 
 
 def test_the_charts_servicemonitor_becomes_a_job_with_its_honor_labels(
-        rendered: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    rendered: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
     (job,) = service_monitor_jobs(rendered["ServiceMonitor"], rendered["Service"], SD)
     assert job["job_name"] == "serviceMonitor/ops/rel-batchop/0"
     assert job["honor_labels"] is True  # else `namespace` becomes exported_namespace
     assert (job["metrics_path"], job["scrape_interval"], job["scrape_timeout"]) == (
-        "/metrics", "5s", "4s")
+        "/metrics",
+        "5s",
+        "4s",
+    )
     rules = job["relabel_configs"]
     keeps = {r["source_labels"][0]: r["regex"] for r in rules if r.get("action") == "keep"}
     assert keeps["__meta_kubernetes_namespace"] == "ops"
@@ -55,13 +73,15 @@ def test_the_charts_servicemonitor_becomes_a_job_with_its_honor_labels(
     (tmp_path / "pods.json").write_text("[]")
     job["file_sd_configs"] = [{"files": [str(tmp_path / "pods.json")]}]
     config.write_text(yaml.safe_dump({"scrape_configs": [job]}))
-    checked = subprocess.run([str(promtool), "check", "config", str(config)],
-                             capture_output=True, text=True, timeout=60)
+    checked = subprocess.run(
+        [str(promtool), "check", "config", str(config)], capture_output=True, text=True, timeout=60
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_a_monitor_that_misses_the_service_or_port_is_refused_by_field(
-        rendered: dict[str, dict[str, Any]]) -> None:
+    rendered: dict[str, dict[str, Any]],
+) -> None:
     monitor, service = rendered["ServiceMonitor"], rendered["Service"]
     other = {**monitor, "spec": {**monitor["spec"], "selector": {"matchLabels": {"x": "y"}}}}
     with pytest.raises(ServiceMonitorError, match="spec.selector does not select Service"):
@@ -69,8 +89,10 @@ def test_a_monitor_that_misses_the_service_or_port_is_refused_by_field(
     bad_port = {**monitor, "spec": {**monitor["spec"], "endpoints": [{"port": "web"}]}}
     with pytest.raises(ServiceMonitorError, match=r"spec.endpoints\[0\].port 'web' names no"):
         service_monitor_jobs(bad_port, service, SD)
-    elsewhere = {**monitor, "spec": {**monitor["spec"],
-                                     "namespaceSelector": {"matchNames": ["prod"]}}}
+    elsewhere = {
+        **monitor,
+        "spec": {**monitor["spec"], "namespaceSelector": {"matchNames": ["prod"]}},
+    }
     with pytest.raises(ServiceMonitorError, match="leaves out the Service's namespace ops"):
         service_monitor_jobs(elsewhere, service, SD)
 
@@ -79,7 +101,15 @@ def test_label_selectors() -> None:
     labels = {"a": "1", "b": "2"}
     assert selects({"matchLabels": {"a": "1"}}, labels)
     assert not selects({"matchLabels": {"a": "2"}}, labels)
-    assert selects({"matchExpressions": [{"key": "b", "operator": "In", "values": ["2"]},
-                                         {"key": "c", "operator": "DoesNotExist"}]}, labels)
-    assert not selects({"matchExpressions": [{"key": "a", "operator": "NotIn",
-                                              "values": ["1"]}]}, labels)
+    assert selects(
+        {
+            "matchExpressions": [
+                {"key": "b", "operator": "In", "values": ["2"]},
+                {"key": "c", "operator": "DoesNotExist"},
+            ]
+        },
+        labels,
+    )
+    assert not selects(
+        {"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, labels
+    )

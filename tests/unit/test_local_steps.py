@@ -21,8 +21,14 @@ def sample(t: float, p99: float | None, replicas: int = 1) -> dict[str, object]:
 
 
 def test_only_settled_samples_are_judged_and_tolerance_applies() -> None:
-    timeline = [sample(5, 90.0), sample(25, 39.0), sample(35, 41.0, 2), sample(45, None, 2),
-                sample(55, 120.0, 3), sample(80, 30.0, 3)]
+    timeline = [
+        sample(5, 90.0),
+        sample(25, 39.0),
+        sample(35, 41.0, 2),
+        sample(45, None, 2),
+        sample(55, 120.0, 3),
+        sample(80, 30.0, 3),
+    ]
     segments = [(0.0, 50.0, 40.0), (50.0, 90.0, 300.0)]
     first, second = judge_steps(timeline, segments, slo_ms=40.0, settle_s=20.0)
     # The 90 ms transient at t=5 is before settling; 41 ms is over a 40 ms SLO.
@@ -40,9 +46,15 @@ def test_a_step_shorter_than_settling_is_not_judged() -> None:
 
 
 def test_summary_lines_name_changes_and_each_step() -> None:
-    report = summary([sample(30, 20.0)], [{"maxQueueDelayMicroseconds": 0, "replicas": 2}],
-                     [(0.0, 40.0, 40.0), (40.0, 45.0, 300.0)], slo_ms=40.0, settle_s=20.0,
-                     start_delay_us=500, start_replicas=1)
+    report = summary(
+        [sample(30, 20.0)],
+        [{"maxQueueDelayMicroseconds": 0, "replicas": 2}],
+        [(0.0, 40.0, 40.0), (40.0, 45.0, 300.0)],
+        slo_ms=40.0,
+        settle_s=20.0,
+        start_delay_us=500,
+        start_replicas=1,
+    )
     lines = summary_lines(report)
     assert "1 delay change(s), 1 replica change(s)" in lines[0]
     assert "p99 max 20.0 ms <= SLO 40 ms" in lines[1]
@@ -61,15 +73,29 @@ def test_with_records_the_clients_p99_over_the_settled_part_is_judged() -> None:
     assert client_p99(records, 100.0, 110.0) == (None, 0)
     # Triton's p99 still shows the transient at t=45 (its summary lags); the clients' does not.
     timeline = [sample(25, 12.0), sample(45, 150.0, 2), sample(55, 30.0, 2)]
-    first, second = judge_steps(timeline, [(0.0, 30.0, 100.0), (30.0, 60.0, 100.0)],
-                                slo_ms=20.0, settle_s=10.0, records=records)
+    first, second = judge_steps(
+        timeline,
+        [(0.0, 30.0, 100.0), (30.0, 60.0, 100.0)],
+        slo_ms=20.0,
+        settle_s=10.0,
+        records=records,
+    )
     assert first.within_slo is True and first.client_requests == 2000
     assert second.within_slo is True and second.p99_max_ms == 150.0
     assert second.client_p99_ms is not None and second.client_p99_ms < 11.0
-    (strict,) = judge_steps(timeline, [(0.0, 30.0, 100.0)], slo_ms=10.5, settle_s=10.0,
-                            records=records)
+    (strict,) = judge_steps(
+        timeline, [(0.0, 30.0, 100.0)], slo_ms=10.5, settle_s=10.0, records=records
+    )
     assert strict.within_slo is False
-    report = summary(timeline, [], [(0.0, 30.0, 100.0)], slo_ms=20.0, settle_s=10.0,
-                     start_delay_us=0, start_replicas=1, records=records)
+    report = summary(
+        timeline,
+        [],
+        [(0.0, 30.0, 100.0)],
+        slo_ms=20.0,
+        settle_s=10.0,
+        start_delay_us=0,
+        start_replicas=1,
+        records=records,
+    )
     assert report["p99_judged"] == "client"
     assert "clients' p99" in summary_lines(report)[1]

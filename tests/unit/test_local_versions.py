@@ -84,8 +84,9 @@ def test_mismatched_replace_is_refused_with_the_fix() -> None:
 
 def _cached_kubernetes_gomod(version: str) -> Path | None:
     try:
-        modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True,
-                                  check=True).stdout.strip()
+        modcache = subprocess.run(
+            ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     path = Path(modcache) / "cache/download/k8s.io/kubernetes/@v" / f"{version}.mod"

@@ -50,8 +50,15 @@ def test_decisions_gauges_and_errors_are_served() -> None:
 
     reason = reason_label("p99 61.2ms over SLO 50ms")
     assert samples[("batchop_decisions_total", bm(kind="scale-up", reason=reason))] == 2
-    assert samples[("batchop_decisions_total", bm(kind="delay-down", reason=reason_label(
-        "queue 3.1ms of 50ms budget")))] == 1
+    assert (
+        samples[
+            (
+                "batchop_decisions_total",
+                bm(kind="delay-down", reason=reason_label("queue 3.1ms of 50ms budget")),
+            )
+        ]
+        == 1
+    )
     assert samples[("batchop_last_decision_timestamp_seconds", bm())] > 1030.0
     assert samples[("batchop_applied_queue_delay_microseconds", bm())] == 800
     assert samples[("batchop_desired_replicas", bm())] == 3
@@ -143,8 +150,12 @@ def test_observe_model_sets_gauges_from_spec_and_status() -> None:
 
 def test_observe_model_without_status_uses_the_spec_and_skips_the_rest() -> None:
     m = OperatorMetrics(process_collectors=False)
-    m.observe_model({"metadata": {"namespace": "ml", "name": "resnet"},
-                     "spec": {"batching": {"maxQueueDelayMicroseconds": 250}}})
+    m.observe_model(
+        {
+            "metadata": {"namespace": "ml", "name": "resnet"},
+            "spec": {"batching": {"maxQueueDelayMicroseconds": 250}},
+        }
+    )
     samples = scrape(m)
     assert samples[("batchop_desired_queue_delay_microseconds", bm())] == 250
     assert ("batchop_ready_replicas", bm()) not in samples
@@ -153,15 +164,17 @@ def test_observe_model_without_status_uses_the_spec_and_skips_the_rest() -> None
 @pytest.mark.parametrize("tuned", [True, False])
 def test_observe_model_desired_knobs_follow_the_decision_only_when_tuned(tuned: bool) -> None:
     m = OperatorMetrics(process_collectors=False)
-    m.observe_model({
-        "metadata": {"namespace": "ml", "name": "resnet"},
-        "spec": {
-            "scaling": {"replicas": 1},
-            "batching": {"maxQueueDelayMicroseconds": 250},
-            "autotune": {"queueDelay": tuned, "replicas": tuned},
-        },
-        "status": {"lastDecision": {"maxQueueDelayMicroseconds": 900, "replicas": 4}},
-    })
+    m.observe_model(
+        {
+            "metadata": {"namespace": "ml", "name": "resnet"},
+            "spec": {
+                "scaling": {"replicas": 1},
+                "batching": {"maxQueueDelayMicroseconds": 250},
+                "autotune": {"queueDelay": tuned, "replicas": tuned},
+            },
+            "status": {"lastDecision": {"maxQueueDelayMicroseconds": 900, "replicas": 4}},
+        }
+    )
     samples = scrape(m)
     assert samples[("batchop_desired_replicas", bm())] == (4 if tuned else 1)
     assert samples[("batchop_desired_queue_delay_microseconds", bm())] == (900 if tuned else 250)

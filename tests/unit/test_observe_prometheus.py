@@ -83,11 +83,23 @@ def test_assemble_lists_missing_parts_per_model() -> None:
 
 def test_build_observation_from_fresh_parts() -> None:
     parts = ObservationParts(
-        rps=250.0, avg_batch=3.0, queue_ms=1.0, compute_ms=5.0, p99_ms=18.0, pending=2.0,
-        rejected_rps=1.5, age_s=4.0, scraped_pods=2,
+        rps=250.0,
+        avg_batch=3.0,
+        queue_ms=1.0,
+        compute_ms=5.0,
+        p99_ms=18.0,
+        pending=2.0,
+        rejected_rps=1.5,
+        age_s=4.0,
+        scraped_pods=2,
     )
     obs = build_observation(
-        parts, time_s=100.0, replicas=3, ready_replicas=2, delay_us=800, max_age_s=30.0,
+        parts,
+        time_s=100.0,
+        replicas=3,
+        ready_replicas=2,
+        delay_us=800,
+        max_age_s=30.0,
         schedulable_headroom=1,
     )
     assert (obs.rps, obs.avg_batch, obs.p99_ms, obs.pending) == (250.0, 3.0, 18.0, 2.0)
@@ -100,8 +112,9 @@ def test_build_observation_from_fresh_parts() -> None:
 @pytest.mark.parametrize("age", [31.0, None])
 def test_stale_or_undated_data_is_dropped(age: float | None) -> None:
     parts = ObservationParts(rps=250.0, avg_batch=3.0, compute_ms=5.0, p99_ms=18.0, age_s=age)
-    obs = build_observation(parts, time_s=1.0, replicas=1, ready_replicas=1, delay_us=0,
-                            max_age_s=30.0)
+    obs = build_observation(
+        parts, time_s=1.0, replicas=1, ready_replicas=1, delay_us=0, max_age_s=30.0
+    )
     assert obs.rps is None and obs.p99_ms is None and not obs.complete
     assert obs.age_s == (age if age is not None else math.inf)
 
@@ -127,8 +140,9 @@ def test_observer_times_each_query_and_counts_the_failed_one() -> None:
     def sample(name: str) -> float:
         return METRICS.registry.get_sample_value(name, {"query": first}) or 0.0
 
-    errors, timed = sample("batchop_prometheus_query_errors_total"), sample(
-        "batchop_prometheus_query_duration_seconds_count"
+    errors, timed = (
+        sample("batchop_prometheus_query_errors_total"),
+        sample("batchop_prometheus_query_duration_seconds_count"),
     )
     with pytest.raises(PrometheusUnavailable):
         observer.observe()

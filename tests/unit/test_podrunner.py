@@ -21,8 +21,11 @@ from batchop_dev.local.podrunner import (
 def _pod(args: list[str], **container: Any) -> dict[str, Any]:
     return {
         "metadata": {"namespace": "ns", "name": "bm-0", "uid": "u1", "resourceVersion": "7"},
-        "spec": {"containers": [{"name": "tritonserver", "command": ["tritonserver"],
-                                 "args": args, **container}]},
+        "spec": {
+            "containers": [
+                {"name": "tritonserver", "command": ["tritonserver"], "args": args, **container}
+            ]
+        },
         "status": {
             "phase": "Running",
             "podIP": "127.10.1.5",
@@ -30,23 +33,33 @@ def _pod(args: list[str], **container: Any) -> dict[str, Any]:
                 {"type": "PodScheduled", "status": "True"},
                 {"type": "Ready", "status": "True", "lastTransitionTime": "t0"},
             ],
-            "containerStatuses": [{"name": "tritonserver", "image": "img", "ready": True,
-                                   "restartCount": 0, "state": {"running": {}}}],
+            "containerStatuses": [
+                {
+                    "name": "tritonserver",
+                    "image": "img",
+                    "ready": True,
+                    "restartCount": 0,
+                    "state": {"running": {}},
+                }
+            ],
         },
     }
 
 
 def test_launch_spec_honours_args_and_replaces_local_concerns() -> None:
-    pod = _pod([
-        "--model-repository=file:///models",
-        "--model-control-mode=explicit",
-        "--load-model=resnet",
-        "--http-port=9000",
-        "--metrics-config=summary_latencies=true",
-        "--backend-directory=/opt/tritonserver/backends",
-        "--pinned-memory-pool-byte-size", "268435456",
-        "--log-verbose=1",
-    ])
+    pod = _pod(
+        [
+            "--model-repository=file:///models",
+            "--model-control-mode=explicit",
+            "--load-model=resnet",
+            "--http-port=9000",
+            "--metrics-config=summary_latencies=true",
+            "--backend-directory=/opt/tritonserver/backends",
+            "--pinned-memory-pool-byte-size",
+            "268435456",
+            "--log-verbose=1",
+        ]
+    )
     spec = launch_spec(pod)
     assert spec == LaunchSpec(
         container="tritonserver",
@@ -115,8 +128,13 @@ def test_not_ready_triton_overrides_a_ready_pod() -> None:
 
 def test_patch_is_none_once_status_matches() -> None:
     pod = _pod(["--model-repository=/m"])
-    state = ContainerState(running=True, ready=True, started_at="t1", restart_count=2,
-                           last_exit={"exitCode": 137, "reason": "Error"})
+    state = ContainerState(
+        running=True,
+        ready=True,
+        started_at="t1",
+        restart_count=2,
+        last_exit={"exitCode": 137, "reason": "Error"},
+    )
     patch = status_patch(pod, "tritonserver", state)
     assert patch is not None
     (cs,) = patch["status"]["containerStatuses"]
@@ -131,8 +149,7 @@ def test_waiting_container_reports_reason_and_message() -> None:
     patch = status_patch(pod, "tritonserver", state)
     assert patch is not None
     (cs,) = patch["status"]["containerStatuses"]
-    assert cs["state"] == {"waiting": {"reason": "CreateContainerConfigError",
-                                       "message": "no map"}}
+    assert cs["state"] == {"waiting": {"reason": "CreateContainerConfigError", "message": "no map"}}
     ready = next(c for c in patch["status"]["conditions"] if c["type"] == "Ready")
     assert ready["message"] == "no map"
 
@@ -147,8 +164,14 @@ def test_ports_in_use_names_the_taken_address() -> None:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        spec = LaunchSpec(container="c", address="127.0.0.1", model_repository="/m",
-                          http_port=port, grpc_port=free_port(), metrics_port=free_port())
+        spec = LaunchSpec(
+            container="c",
+            address="127.0.0.1",
+            model_repository="/m",
+            http_port=port,
+            grpc_port=free_port(),
+            metrics_port=free_port(),
+        )
         assert ports_in_use(spec) == f"127.0.0.1:{port}"
     assert ports_in_use(spec) is None
 

@@ -147,7 +147,8 @@ def test_ports_and_probes() -> None:
     drain = int(seconds)
     assert sleep == "sleep"
     grace = render_deployment(bm(), RenderOptions())["spec"]["template"]["spec"][
-        "terminationGracePeriodSeconds"]
+        "terminationGracePeriodSeconds"
+    ]
     assert 0 < drain < grace
     service = render_children(bm())[1]
     assert {p["targetPort"] for p in service["spec"]["ports"]} == {"http", "grpc", "metrics"}
@@ -267,16 +268,23 @@ def test_queue_policy_follows_spec_overload() -> None:
         "allow_timeout_override": False, "max_queue_size": 0,
     }  # fmt: skip
     # Reject with a profile: the SLO minus a full batch (32: 12 ms)
-    derived = _queue_policy(model={**model, "latencyProfile": profile}, slo={
-        "p99LatencyMilliseconds": 40}, batching={"maxQueueDelayLimitMicroseconds": 5000})
+    derived = _queue_policy(
+        model={**model, "latencyProfile": profile},
+        slo={"p99LatencyMilliseconds": 40},
+        batching={"maxQueueDelayLimitMicroseconds": 5000},
+    )
     assert (derived["timeout_action"], derived["default_timeout_microseconds"]) == (
-        "REJECT", 28_000)
+        "REJECT",
+        28_000,
+    )
     # never below the delay limit + 1 ms, or a request waiting out the delay is refused
-    floor = _queue_policy(model={**model, "latencyProfile": profile}, slo={
-        "p99LatencyMilliseconds": 20})
+    floor = _queue_policy(
+        model={**model, "latencyProfile": profile}, slo={"p99LatencyMilliseconds": 20}
+    )
     assert floor["default_timeout_microseconds"] == 21_000
-    given = _queue_policy(model=model, overload={"queueTimeoutMicroseconds": 30_000,
-                                                 "maxQueueSize": 64})
+    given = _queue_policy(
+        model=model, overload={"queueTimeoutMicroseconds": 30_000, "maxQueueSize": 64}
+    )
     assert (given["default_timeout_microseconds"], given["max_queue_size"]) == (30_000, 64)
 
 

@@ -53,7 +53,8 @@ def _imports(tree: ast.AST) -> list[tuple[str, ast.AST | None]]:
 
 def _calls_require(func: ast.AST) -> bool:
     return any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute | ast.Name)
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute | ast.Name)
         and getattr(n.func, "attr", getattr(n.func, "id", None)) == "require"
         for n in ast.walk(func)
     )
@@ -96,12 +97,17 @@ def runtime_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("src")
     shutil.copy2(ROOT / "pyproject.toml", src)
     shutil.copy2(ROOT / "README.md", src)
-    shutil.copytree(RUNTIME, src / "operator" / "batchop",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(
+        RUNTIME,
+        src / "operator" / "batchop",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
     out = tmp_path_factory.mktemp("wheel")
     got = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if got.returncode != 0 and "Could not find a version" in got.stderr:
         pytest.skip(f"pip could not fetch the build backend (offline?): {got.stderr[-300:]}")
@@ -118,16 +124,28 @@ def test_runtime_wheel_has_no_dev_files_and_no_matplotlib(runtime_wheel: Path) -
         meta = email.message_from_bytes(wheel.read(meta_name))
     tops = {n.split("/")[0] for n in names}
     assert tops == {"batchop", meta_name.split("/")[0]}, tops
-    dev = [n for n in names if "/local/" in n or n.endswith(("plot.py", "/bench.py.txt"))
-           or n.endswith((".go", "go.mod", "go.sum"))]
+    dev = [
+        n
+        for n in names
+        if "/local/" in n
+        or n.endswith(("plot.py", "/bench.py.txt"))
+        or n.endswith((".go", "go.mod", "go.sum"))
+    ]
     assert not dev, dev
-    requires = [r.split(";")[0].strip() for r in meta.get_all("Requires-Dist") or []
-                if "extra ==" not in r]
-    names_required = {r.split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower()
-                      for r in requires}
+    requires = [
+        r.split(";")[0].strip() for r in meta.get_all("Requires-Dist") or [] if "extra ==" not in r
+    ]
+    names_required = {
+        r.split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower() for r in requires
+    }
     assert "kopf" in names_required, requires  # the check reads real requirements
-    assert not names_required & {"matplotlib", "prometheus-api-client", "pandas",
-                                 "nvidia-pytriton", "batchop-dev"}, requires
+    assert not names_required & {
+        "matplotlib",
+        "prometheus-api-client",
+        "pandas",
+        "nvidia-pytriton",
+        "batchop-dev",
+    }, requires
 
 
 _PROBE = r"""
@@ -152,14 +170,28 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("argv", [
-    ["local", "status"],
-    ["demo", "--trace", "azure-code"],
-    ["bench", "--out", "OUT"],
-    ["load", "--rps", "1", "--url", "127.0.0.1:1", "--model", "m", "--json", "OUT/l.json"],
-    ["simulate", "--profile", "PROFILE", "--trace", "TRACE", "--slo-ms", "20",
-     "--json", "OUT/s.json", "--plot", "OUT/s.png"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["local", "status"],
+        ["demo", "--trace", "azure-code"],
+        ["bench", "--out", "OUT"],
+        ["load", "--rps", "1", "--url", "127.0.0.1:1", "--model", "m", "--json", "OUT/l.json"],
+        [
+            "simulate",
+            "--profile",
+            "PROFILE",
+            "--trace",
+            "TRACE",
+            "--slo-ms",
+            "20",
+            "--json",
+            "OUT/s.json",
+            "--plot",
+            "OUT/s.png",
+        ],
+    ],
+)
 def test_runtime_wheel_alone_runs_and_dev_commands_say_what_they_need(
     runtime_wheel: Path, tmp_path: Path, argv: list[str]
 ) -> None:
@@ -168,13 +200,21 @@ def test_runtime_wheel_alone_runs_and_dev_commands_say_what_they_need(
         wheel.extractall(unpacked)
     profile, trace = write_inputs(tmp_path)
     out = tmp_path / "out"
-    args = [a.replace("OUT", str(out)).replace("PROFILE", str(profile))
-            .replace("TRACE", str(trace)) for a in argv]
+    args = [
+        a.replace("OUT", str(out)).replace("PROFILE", str(profile)).replace("TRACE", str(trace))
+        for a in argv
+    ]
     code = _PROBE.replace("WHEEL_DIR", repr(str(unpacked))).replace(
-        "SITE", repr(sysconfig.get_paths()["purelib"]))
+        "SITE", repr(sysconfig.get_paths()["purelib"])
+    )
     # -S: no site, so no .pth file puts this checkout's editable installs on the path.
-    got = subprocess.run([sys.executable, "-S", "-c", code, *args], capture_output=True,
-                         text=True, timeout=300, cwd=tmp_path)
+    got = subprocess.run(
+        [sys.executable, "-S", "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert got.returncode == 1, got.stdout[-1000:] + got.stderr[-2000:]
     assert DEV_MESSAGE in got.stderr, got.stderr[-2000:]
     assert f"batchop {argv[0]}" in got.stderr and "Traceback" not in got.stderr
@@ -188,14 +228,25 @@ def test_help_lists_dev_commands_with_what_they_need_when_absent(
     with zipfile.ZipFile(runtime_wheel) as wheel:
         wheel.extractall(unpacked)
     code = _PROBE.replace("WHEEL_DIR", repr(str(unpacked))).replace(
-        "SITE", repr(sysconfig.get_paths()["purelib"]))
-    got = subprocess.run([sys.executable, "-S", "-c", code, "--help"], capture_output=True,
-                         text=True, timeout=300, cwd=tmp_path)
+        "SITE", repr(sysconfig.get_paths()["purelib"])
+    )
+    got = subprocess.run(
+        [sys.executable, "-S", "-c", code, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert got.returncode == 0, got.stderr[-2000:]
     text = " ".join(got.stdout.split())
     for command in ("bench", "demo"):
         assert f"{command} " in text
     assert text.count(DEV_MESSAGE) >= 2, got.stdout
-    version = subprocess.run([sys.executable, "-S", "-c", code, "version"],
-                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    version = subprocess.run(
+        [sys.executable, "-S", "-c", code, "version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert version.returncode == 0 and "0.1.0" in version.stdout, version.stderr

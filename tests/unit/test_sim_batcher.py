@@ -64,8 +64,9 @@ def test_fast_batcher_matches_the_reference(
     assert store.batch[:n].max() <= maxb
 
 
-def _feed(arrivals: np.ndarray, cfg: BatcherConfig, lat: list[float], delay_s: float,
-          instances: int = 1) -> tuple[RequestStore, Replica]:
+def _feed(
+    arrivals: np.ndarray, cfg: BatcherConfig, lat: list[float], delay_s: float, instances: int = 1
+) -> tuple[RequestStore, Replica]:
     """Run one replica over `arrivals` in 13 slices, as the engine does, then drain it."""
     store = RequestStore(arrivals)
     rep = Replica(id=0, created_s=0.0, ready_s=0.0, delay_s=delay_s, instances=instances)
@@ -95,8 +96,9 @@ def test_guarded_batcher_that_refuses_nothing_matches_the_fast_one(
     plain = BatcherConfig(MAXB, preferred, instances=instances)
     a, rep_a = _feed(arrivals, plain, LAT, delay_ms / 1000, instances)
     for bound in (0, 10**6):  # the timeout-only path and the general one
-        guarded = BatcherConfig(MAXB, preferred, instances=instances, queue_timeout_s=1e6,
-                                max_queue_size=bound)
+        guarded = BatcherConfig(
+            MAXB, preferred, instances=instances, queue_timeout_s=1e6, max_queue_size=bound
+        )
         assert guarded.guarded and not plain.guarded
         b, rep_b = _feed(arrivals, guarded, LAT, delay_ms / 1000, instances)
         assert np.array_equal(a.start[: a.n], b.start[: b.n])
@@ -111,8 +113,15 @@ def test_timeout_only_path_matches_the_general_one(instances: int) -> None:
     rng = np.random.default_rng(23 + instances)
     arrivals = np.sort(rng.uniform(0.0, 2.0, 6000))  # 3,000 req/s: overloaded
     runs = [
-        _feed(arrivals, BatcherConfig(MAXB, (4, 8), instances=instances, queue_timeout_s=0.008,
-                                      max_queue_size=bound), LAT, 0.002, instances)[0]
+        _feed(
+            arrivals,
+            BatcherConfig(
+                MAXB, (4, 8), instances=instances, queue_timeout_s=0.008, max_queue_size=bound
+            ),
+            LAT,
+            0.002,
+            instances,
+        )[0]
         for bound in (0, 10**6)
     ]
     fast, general = runs

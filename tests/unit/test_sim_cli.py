@@ -157,8 +157,11 @@ def test_simulate_rejects_by_default_and_queues_when_asked(
     ],
 )
 def test_simulate_refuses_overload_flags_the_api_would_refuse(
-    inputs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    flags: list[str], says: str,
+    inputs: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    says: str,
 ) -> None:
     assert _simulate(inputs, tmp_path / "x.json", *flags) == 2
     assert says in capsys.readouterr().err

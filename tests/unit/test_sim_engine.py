@@ -148,8 +148,9 @@ def test_controller_sees_scraped_rates_close_to_truth() -> None:
         seen.append(obs)
         return static_policy(1000, 2)(obs, spec, state)
 
-    spec = TuningSpec(slo_ms=50, max_batch_size=16, start_replicas=2, start_delay_us=1000,
-                      interval_s=30.0)
+    spec = TuningSpec(
+        slo_ms=50, max_batch_size=16, start_replicas=2, start_delay_us=1000, interval_s=30.0
+    )
     sim = simulate(LINEAR, constant_trace(400, 300), spec, SimPolicy("spy", spy), SimConfig(seed=9))
     res = summarize(sim, 50)
     first = seen[0]
@@ -220,12 +221,20 @@ def test_requests_with_no_ready_pod_are_dropped() -> None:
     assert res["dropped"] == after > 0
 
 
-def guarded_run(trace: Trace, timeout_us: int | None = 20_000, max_queue_size: int = 0,
-                **config: object):
+def guarded_run(
+    trace: Trace, timeout_us: int | None = 20_000, max_queue_size: int = 0, **config: object
+):
     """One replica that never scales, under Triton's queue policy (Reject)."""
-    spec = TuningSpec(slo_ms=40.0, max_batch_size=16, start_delay_us=1000, max_delay_us=5000,
-                      overload_reject=True, queue_timeout_us=timeout_us,
-                      max_queue_size=max_queue_size, prior_batch_latency_ms=((1, 4.0), (16, 11.5)))
+    spec = TuningSpec(
+        slo_ms=40.0,
+        max_batch_size=16,
+        start_delay_us=1000,
+        max_delay_us=5000,
+        overload_reject=True,
+        queue_timeout_us=timeout_us,
+        max_queue_size=max_queue_size,
+        prior_batch_latency_ms=((1, 4.0), (16, 11.5)),
+    )
     policy = SimPolicy("static", static_policy(1000, 1))
     sim = simulate(LINEAR, trace, spec, policy, SimConfig(**config))
     return sim, summarize(sim, spec.slo_ms)
@@ -259,8 +268,12 @@ def test_queue_policy_waits_seconds_where_reject_refuses() -> None:
     trace = constant_trace(2 * LINEAR.capacity_rps(), 30)
     _, rejected = guarded_run(trace, seed=31)
     spec = TuningSpec(slo_ms=40.0, max_batch_size=16, start_delay_us=1000, overload_reject=False)
-    queued = summarize(simulate(LINEAR, trace, spec, SimPolicy("static", static_policy(1000, 1)),
-                                SimConfig(seed=31)), 40.0)
+    queued = summarize(
+        simulate(
+            LINEAR, trace, spec, SimPolicy("static", static_policy(1000, 1)), SimConfig(seed=31)
+        ),
+        40.0,
+    )
     assert queued["rejected"] == 0 and queued["served_p99_ms"] > 5000
     assert rejected["served_p99_ms"] < 40
 

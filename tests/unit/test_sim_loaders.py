@@ -38,8 +38,15 @@ def test_interpolation_is_numpys_to_the_last_bit(tmp_path: Path) -> None:
     """Plain Python in place of numpy.interp (so the operator needs no numpy): the simulator's
     figures must not move, so the same arithmetic, compared bit for bit."""
     np = pytest.importorskip("numpy")
-    p = load_profile(write(tmp_path, "p.yaml", GOOD_PROFILE.replace(
-        "{1: 2.0, 4: 3.5, 8: 6.0}", "{1: 2.1, 2: 2.3, 3: 2.9, 5: 3.7, 8: 6.13}")))
+    p = load_profile(
+        write(
+            tmp_path,
+            "p.yaml",
+            GOOD_PROFILE.replace(
+                "{1: 2.0, 4: 3.5, 8: 6.0}", "{1: 2.1, 2: 2.3, 3: 2.9, 5: 3.7, 8: 6.13}"
+            ),
+        )
+    )
     sizes = [b for b, _ in p.batch_latency_ms]
     times = [t for _, t in p.batch_latency_ms]
     points = [0.0, 0.5, 1.0, 8.0, *np.random.default_rng(3).uniform(1, 8, 500)]

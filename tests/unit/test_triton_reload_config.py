@@ -77,8 +77,9 @@ def test_the_queue_policy_is_set_when_given_and_kept_when_not() -> None:
     }  # fmt: skip
     assert live_queue_policy(new["dynamic_batching"]) == guard
     kept = with_queue_delay(new, 900)  # a delay-only change leaves the policy alone
-    assert kept["dynamic_batching"]["default_queue_policy"] == (
-        new["dynamic_batching"]["default_queue_policy"]
+    assert (
+        kept["dynamic_batching"]["default_queue_policy"]
+        == (new["dynamic_batching"]["default_queue_policy"])
     )
 
 
@@ -100,10 +101,13 @@ def test_live_queue_policy_reads_tritons_config(live: dict, policy: QueuePolicy)
     assert live_queue_policy({"default_queue_policy": policy.triton()}) == policy
 
 
-@pytest.mark.parametrize("model, config", [
-    ("synth", '{"name": "synth", "dynamic_batching": {"max_queue_delay_microseconds": 500}}'),
-    ("m" * 300, "é" * 200),  # lengths past one varint byte; UTF-8 counted in bytes
-])
+@pytest.mark.parametrize(
+    "model, config",
+    [
+        ("synth", '{"name": "synth", "dynamic_batching": {"max_queue_delay_microseconds": 500}}'),
+        ("m" * 300, "é" * 200),  # lengths past one varint byte; UTF-8 counted in bytes
+    ],
+)
 def test_the_grpc_load_request_is_what_tritons_own_schema_reads(model: str, config: str) -> None:
     """The hand-serialised RepositoryModelLoadRequest, parsed by the protobuf classes
     generated from Triton's grpc_service.proto (tritonclient's, a test dependency only)."""

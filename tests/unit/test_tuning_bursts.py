@@ -28,21 +28,48 @@ from batchop.tuning.policy import (
 from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 
 CPU_DEMO = ((1, 4.0), (4, 5.0), (8, 6.0), (16, 8.0), (32, 12.0))
-SPEC = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=16, min_delay_us=0,
-                  max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO, interval_s=30.0,
-                  scale_down_window_s=60.0, peak_memory_s=300.0)
+SPEC = TuningSpec(
+    slo_ms=50,
+    max_batch_size=32,
+    max_replicas=16,
+    min_delay_us=0,
+    max_delay_us=1000,
+    prior_batch_latency_ms=CPU_DEMO,
+    interval_s=30.0,
+    scale_down_window_s=60.0,
+    peak_memory_s=300.0,
+)
 LEVEL_TICKS = int(LEVEL_S // SPEC.interval_s) + 2  # a load held this long is a level
 
 
-def obs(t: float, rps: float, replicas: int, *, peak: float | None = None,
-        p99: float = 10.0, rejected: float = 0.0) -> Observation:
-    return Observation(time_s=t, rps=rps, avg_batch=2.0, queue_ms=1.0, compute_ms=5.0,
-                       p99_ms=p99, pending=0.0, replicas=replicas, ready_replicas=replicas,
-                       delay_us=0, peak_rps=peak, rejected_rps=rejected)
+def obs(
+    t: float,
+    rps: float,
+    replicas: int,
+    *,
+    peak: float | None = None,
+    p99: float = 10.0,
+    rejected: float = 0.0,
+) -> Observation:
+    return Observation(
+        time_s=t,
+        rps=rps,
+        avg_batch=2.0,
+        queue_ms=1.0,
+        compute_ms=5.0,
+        p99_ms=p99,
+        pending=0.0,
+        replicas=replicas,
+        ready_replicas=replicas,
+        delay_us=0,
+        peak_rps=peak,
+        rejected_rps=rejected,
+    )
 
 
-def decisions(points: list[tuple[float, float | None]], spec: TuningSpec = SPEC,
-              replicas: int = 1) -> list[Decision]:
+def decisions(
+    points: list[tuple[float, float | None]], spec: TuningSpec = SPEC, replicas: int = 1
+) -> list[Decision]:
     """Feed (mean rate, peak rate) per tick; the cluster follows every decision."""
     state, out = TuningState(), []
     for i, (rps, peak) in enumerate(points):
@@ -52,8 +79,9 @@ def decisions(points: list[tuple[float, float | None]], spec: TuningSpec = SPEC,
     return out
 
 
-def run(points: list[tuple[float, float | None]], spec: TuningSpec = SPEC,
-        replicas: int = 1) -> list[int]:
+def run(
+    points: list[tuple[float, float | None]], spec: TuningSpec = SPEC, replicas: int = 1
+) -> list[int]:
     return [d.replicas for d in decisions(points, spec, replicas)]
 
 
@@ -84,8 +112,14 @@ def test_the_remembered_peak_fades_linearly_after_the_memory() -> None:
 
 
 def _sized(state_peak: float, factor: float = 1.0) -> TuningState:
-    return TuningState(peak_rps=state_peak, peak_at_s=0.0, burst_factor=factor,
-                       last_time_s=0.0, last_rps=600.0, last_pending=0.0)
+    return TuningState(
+        peak_rps=state_peak,
+        peak_at_s=0.0,
+        burst_factor=factor,
+        last_time_s=0.0,
+        last_rps=600.0,
+        last_pending=0.0,
+    )
 
 
 def test_a_breach_at_a_load_sized_for_raises_the_burst_factor_and_replicas() -> None:
@@ -96,15 +130,15 @@ def test_a_breach_at_a_load_sized_for_raises_the_burst_factor_and_replicas() -> 
     assert hot.state.burst_factor > 1.0 and hot.replicas > calm.replicas
     assert "burst factor" in hot.reason
     # one raise per event: the next tick, within Triton's p99 window, does not raise again
-    again = decide(obs(P99_WINDOW_S + 60, 2500.0, hot.replicas, peak=2500.0, p99=90.0),
-                   SPEC, hot.state)
+    again = decide(
+        obs(P99_WINDOW_S + 60, 2500.0, hot.replicas, peak=2500.0, p99=90.0), SPEC, hot.state
+    )
     assert again.state.burst_factor == hot.state.burst_factor
 
 
 def test_refusals_at_a_load_sized_for_raise_the_burst_factor_too() -> None:
     # The peak counts refusals too (the arrivals' busiest interval): 600 served + 30 refused.
-    dec = decide(obs(P99_WINDOW_S + 30, 600.0, 2, peak=630.0, rejected=30.0), SPEC,
-                 _sized(630.0))
+    dec = decide(obs(P99_WINDOW_S + 30, 600.0, 2, peak=630.0, rejected=30.0), SPEC, _sized(630.0))
     assert dec.state.burst_factor > 1.0 and "refused" in dec.reason
 
 
@@ -136,8 +170,15 @@ def test_a_served_rate_past_the_busiest_recent_interval_is_not_arrivals() -> Non
 
 def _after_start(t: float, **kw: float) -> TuningState:
     """The previous tick (t - 30) saw replicas starting; this one sees them all ready."""
-    return TuningState(last_time_s=t - 30.0, last_starting_s=t - 30.0, last_rps=2500.0,
-                       last_pending=0.0, peak_rps=2500.0, peak_at_s=0.0, **kw)
+    return TuningState(
+        last_time_s=t - 30.0,
+        last_starting_s=t - 30.0,
+        last_rps=2500.0,
+        last_pending=0.0,
+        peak_rps=2500.0,
+        peak_at_s=0.0,
+        **kw,
+    )
 
 
 def test_the_p99_counts_from_the_first_tick_with_every_replica_ready() -> None:
@@ -163,16 +204,21 @@ def test_rising_refusals_are_the_present_before_the_p99_is() -> None:
     (azure-code: the next burst 30-50 s after the replicas were ready), while a falling one
     is the window emptying of the past."""
     t0 = 300.0
-    rising = decide(obs(t0, 600.0, 2, peak=630.0, rejected=30.0), SPEC,
-                    _after_start(t0, last_refused_rps=0.0))
+    rising = decide(
+        obs(t0, 600.0, 2, peak=630.0, rejected=30.0), SPEC, _after_start(t0, last_refused_rps=0.0)
+    )
     assert rising.state.burst_factor > 1.0 and "refused" in rising.reason
-    falling = decide(obs(t0, 600.0, 2, peak=630.0, rejected=30.0), SPEC,
-                     _after_start(t0, last_refused_rps=60.0))
+    falling = decide(
+        obs(t0, 600.0, 2, peak=630.0, rejected=30.0), SPEC, _after_start(t0, last_refused_rps=60.0)
+    )
     assert falling.state.burst_factor == 1.0
     # Within a rate window of a scale-up the window still fills with the refusals of the load
     # that scale-up answered (a step: seen at 15 s ticks, burst factor 1.89, 6 replicas for 2).
-    answered = decide(obs(t0, 600.0, 2, peak=630.0, rejected=30.0), SPEC,
-                      _after_start(t0, last_refused_rps=0.0, last_scale_up_s=t0 - 30.0))
+    answered = decide(
+        obs(t0, 600.0, 2, peak=630.0, rejected=30.0),
+        SPEC,
+        _after_start(t0, last_refused_rps=0.0, last_scale_up_s=t0 - 30.0),
+    )
     assert answered.state.burst_factor == 1.0
 
 
@@ -239,8 +285,9 @@ def test_prometheus_peak_query_counts_refusals_and_covers_every_model() -> None:
     assert 'reason=~"|REJECTED"' in query and "sum by (namespace, batchedmodel)" in query
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("1m", 60), ("1m30s", 90),
-                                               ("2h", 7200), ("500ms", 0.5)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30s", 30), ("1m", 60), ("1m30s", 90), ("2h", 7200), ("500ms", 0.5)]
+)
 def test_durations_parse(text: str, seconds: float) -> None:
     assert duration_s(text) == seconds
 
@@ -253,8 +300,10 @@ def test_bad_durations_are_refused(text: str) -> None:
 
 def test_range_replies_parse_per_model_oldest_first() -> None:
     reply = [
-        {"metric": {"namespace": "ml", "batchedmodel": "a"},
-         "values": [[20, "2"], [10, "1"], [30, "NaN"]]},
+        {
+            "metric": {"namespace": "ml", "batchedmodel": "a"},
+            "values": [[20, "2"], [10, "1"], [30, "NaN"]],
+        },
         {"metric": {"namespace": "ml"}, "values": [[10, "1"]]},
     ]
     assert parse_matrix(reply) == {("ml", "a"): ((10.0, 1.0), (20.0, 2.0))}
@@ -331,7 +380,7 @@ def test_a_level_that_falls_is_given_back_through_the_window_not_held() -> None:
     assert level[LEVEL_TICKS - 1] == short[2] > base
     assert level[LEVEL_TICKS + after] == base
     assert short[3 + after] > base  # the one-off rise is still held there
-    assert min(short[3: 3 + int(SHORT_MEMORY_S // SPEC.interval_s)]) == short[2]
+    assert min(short[3 : 3 + int(SHORT_MEMORY_S // SPEC.interval_s)]) == short[2]
 
 
 def test_a_quiet_spell_under_a_held_burst_is_never_a_level() -> None:
@@ -344,7 +393,7 @@ def test_a_quiet_spell_under_a_held_burst_is_never_a_level() -> None:
     base = run([(300.0, 300.0)] * 4, spec)[-1]
     end_of_second_quiet = 2 * len(cycle) - 1
     assert decs[end_of_second_quiet].replicas == decs[len(cycle)].replicas > base
-    assert all(d.state.level_since_s is None for d in decs[len(cycle) + 2: 2 * len(cycle)])
+    assert all(d.state.level_since_s is None for d in decs[len(cycle) + 2 : 2 * len(cycle)])
 
 
 def test_a_burst_in_the_window_ends_a_level_and_its_peak_is_held() -> None:
@@ -382,8 +431,7 @@ def test_a_breach_during_a_level_still_raises_the_burst_factor() -> None:
     decs = decisions([(1000.0, 1000.0)] * LEVEL_TICKS)
     state, n = decs[-1].state, decs[-1].replicas
     assert state.level_since_s == 0.0
-    hot = decide(obs(LEVEL_TICKS * SPEC.interval_s, 1000.0, n, peak=1000.0, p99=90.0), SPEC,
-                 state)
+    hot = decide(obs(LEVEL_TICKS * SPEC.interval_s, 1000.0, n, peak=1000.0, p99=90.0), SPEC, state)
     assert hot.state.burst_factor > 1.0 and hot.replicas > n
 
 
@@ -400,8 +448,12 @@ def test_a_level_gives_back_a_replica_the_burst_hysteresis_would_hold() -> None:
     seen = model.at(rate / 3, 0)  # what Triton shows: the model is right, nothing to correct
     state, n, counts = TuningState(), 3, []
     for i in range(LEVEL_TICKS + 4):
-        now = replace(obs(i * SPEC.interval_s, rate, n, peak=rate), p99_ms=seen.p99_ms,
-                      avg_batch=seen.avg_batch, compute_ms=seen.exec_ms)
+        now = replace(
+            obs(i * SPEC.interval_s, rate, n, peak=rate),
+            p99_ms=seen.p99_ms,
+            avg_batch=seen.avg_batch,
+            compute_ms=seen.exec_ms,
+        )
         dec = decide(now, SPEC, state)
         state, n = dec.state, dec.replicas
         counts.append(n)

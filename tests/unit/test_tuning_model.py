@@ -15,8 +15,10 @@ from batchop.tuning.model import MAX_UTILISATION, capacity_at_slo, capacity_rps,
 PROFILES = {
     "cpu-demo": (32, ((1, 4.0), (4, 5.0), (8, 6.0), (16, 8.0), (32, 12.0))),
     "bert": (64, ((1, 2.0), (2, 2.2), (4, 2.6), (8, 3.5), (16, 5.6), (32, 9.8), (64, 18.5))),
-    "resnet": (128, ((1, 0.9), (2, 1.0), (4, 1.2), (8, 1.6), (16, 2.4), (32, 3.9), (64, 6.8),
-                     (128, 12.9))),
+    "resnet": (
+        128,
+        ((1, 0.9), (2, 1.0), (4, 1.2), (8, 1.6), (16, 2.4), (32, 3.9), (64, 6.8), (128, 12.9)),
+    ),
 }
 
 profile_names = st.sampled_from(sorted(PROFILES))
@@ -154,7 +156,7 @@ def test_curve_from_one_batch_size_is_conservative() -> None:
 def test_curve_forgets_old_data() -> None:
     buckets = _feed([(8.0, 6.0)], 30)
     buckets = _feed([(8.0, 12.0)], 30)
-    (b, ms, _w), = buckets
+    ((b, ms, _w),) = buckets
     assert ms == pytest.approx(12.0, rel=0.05)
 
 

@@ -30,10 +30,12 @@ def profile(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("rps,slo", [(100.0, 50.0), (1800.0, 15.0), (6000.0, 25.0)])
-def test_plan_json_matches_recommend(profile: Path, capsys: pytest.CaptureFixture[str],
-                                     rps: float, slo: float) -> None:
-    code = main(["plan", "--profile", str(profile), "--rps", str(rps), "--slo-ms", str(slo),
-                 "--json"])
+def test_plan_json_matches_recommend(
+    profile: Path, capsys: pytest.CaptureFixture[str], rps: float, slo: float
+) -> None:
+    code = main(
+        ["plan", "--profile", str(profile), "--rps", str(rps), "--slo-ms", str(slo), "--json"]
+    )
     out = json.loads(capsys.readouterr().out)
     spec = TuningSpec(slo_ms=slo, max_batch_size=32, prior_batch_latency_ms=POINTS)
     want = recommend(prior_curve(POINTS), rps, spec)
@@ -46,15 +48,31 @@ def test_plan_json_matches_recommend(profile: Path, capsys: pytest.CaptureFixtur
 def test_plan_text_names_the_figures(profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--profile", str(profile), "--rps", "500", "--slo-ms", "40"]) == 0
     text = capsys.readouterr().out
-    for words in ("replicas", "max queue delay", "predicted p99", "average batch",
-                  "throughput per GPU"):
+    for words in (
+        "replicas",
+        "max queue delay",
+        "predicted p99",
+        "average batch",
+        "throughput per GPU",
+    ):
         assert words in text
 
 
 def test_plan_infeasible_exits_1(profile: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # 2 replicas of ~2,600 req/s each cannot serve 50,000 req/s.
-    code = main(["plan", "--profile", str(profile), "--rps", "50000", "--slo-ms", "25",
-                 "--max-replicas", "2"])
+    code = main(
+        [
+            "plan",
+            "--profile",
+            str(profile),
+            "--rps",
+            "50000",
+            "--slo-ms",
+            "25",
+            "--max-replicas",
+            "2",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 1 and captured.out == ""
     assert "--max-replicas 2 serves about" in captured.err
@@ -66,12 +84,15 @@ def test_plan_infeasible_exits_1(profile: Path, capsys: pytest.CaptureFixture[st
     [
         (["--rps", "-1", "--slo-ms", "10"], "--rps: must be >= 0"),
         (["--rps", "10", "--slo-ms", "0"], "--slo-ms: must be > 0"),
-        (["--rps", "10", "--slo-ms", "10", "--min-replicas", "3", "--max-replicas", "2"],
-         "--min-replicas"),
+        (
+            ["--rps", "10", "--slo-ms", "10", "--min-replicas", "3", "--max-replicas", "2"],
+            "--min-replicas",
+        ),
     ],
 )
-def test_plan_refuses_bad_flags(profile: Path, capsys: pytest.CaptureFixture[str],
-                                args: list[str], needle: str) -> None:
+def test_plan_refuses_bad_flags(
+    profile: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
     assert main(["plan", "--profile", str(profile), *args]) == 2
     assert needle in capsys.readouterr().err
 

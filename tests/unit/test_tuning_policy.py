@@ -93,7 +93,11 @@ def _check_bounds(dec: Decision, obs: Observation, spec: TuningSpec) -> None:
         assert dec.delay_us == obs.delay_us
     assert dec.reason
     assert dec.kind in {"hold", "bounds"} or set(dec.kind.split("+")) <= {
-        "scale-up", "scale-down", "delay-up", "delay-down"}
+        "scale-up",
+        "scale-down",
+        "delay-up",
+        "delay-down",
+    }
 
 
 @given(specs(), observations())
@@ -134,16 +138,19 @@ def test_holds_on_missing_metrics(spec: TuningSpec, obs: Observation, field: str
     assert dec.kind in ("hold", "bounds")
     assert "missing" in dec.reason and field in dec.reason
     _check_bounds(dec, obs, spec)
-    if (max(1, spec.min_replicas) <= obs.replicas <= spec.max_replicas
-            and spec.min_delay_us <= obs.delay_us <= spec.max_delay_us):
+    if (
+        max(1, spec.min_replicas) <= obs.replicas <= spec.max_replicas
+        and spec.min_delay_us <= obs.delay_us <= spec.max_delay_us
+    ):
         assert not dec.changes(obs)
 
 
 @given(specs(), observations(), st.floats(1.01, 20.0))
 @settings(max_examples=200, deadline=None)
 def test_holds_on_stale_metrics(spec: TuningSpec, obs: Observation, factor: float) -> None:
-    obs = replace(obs, age_s=factor * stale_after_s(spec), rps=1e4, p99_ms=1e4,
-                  avg_batch=1.0, compute_ms=5.0)
+    obs = replace(
+        obs, age_s=factor * stale_after_s(spec), rps=1e4, p99_ms=1e4, avg_batch=1.0, compute_ms=5.0
+    )
     dec = decide(obs, spec, TuningState())
     assert dec.kind in ("hold", "bounds") and "stale" in dec.reason
     _check_bounds(dec, obs, spec)
@@ -152,12 +159,27 @@ def test_holds_on_stale_metrics(spec: TuningSpec, obs: Observation, factor: floa
 def test_a_sample_within_one_scrape_is_fresh_even_when_tuning_is_faster() -> None:
     # 5 s tuning, 15 s scrapes: a 14 s old sample is the newest there is, not stale (it was
     # once, and MetricsAvailable flipped every third tick, each flip a status write).
-    spec = TuningSpec(slo_ms=50.0, max_batch_size=32, interval_s=5.0, scrape_interval_s=15.0,
-                      prior_batch_latency_ms=CPU_DEMO)
+    spec = TuningSpec(
+        slo_ms=50.0,
+        max_batch_size=32,
+        interval_s=5.0,
+        scrape_interval_s=15.0,
+        prior_batch_latency_ms=CPU_DEMO,
+    )
     assert stale_after_s(spec) == STALE_INTERVALS * 15.0
-    obs = Observation(time_s=5.0, rps=100.0, avg_batch=1.0, queue_ms=0.1, compute_ms=5.0,
-                      p99_ms=10.0, pending=0.0, replicas=1, ready_replicas=1, delay_us=500,
-                      age_s=14.0)
+    obs = Observation(
+        time_s=5.0,
+        rps=100.0,
+        avg_batch=1.0,
+        queue_ms=0.1,
+        compute_ms=5.0,
+        p99_ms=10.0,
+        pending=0.0,
+        replicas=1,
+        ready_replicas=1,
+        delay_us=500,
+        age_s=14.0,
+    )
     assert "stale" not in decide(obs, spec, TuningState()).reason
     assert "stale" in decide(replace(obs, age_s=40.0), spec, TuningState()).reason
 
@@ -165,23 +187,42 @@ def test_a_sample_within_one_scrape_is_fresh_even_when_tuning_is_faster() -> Non
 # --- closed loop against the model as plant ---------------------------------------------------
 
 
-def _plant(spec: TuningSpec, pts: tuple[tuple[int, float], ...], t: float, rps: float,
-           replicas: int, delay_us: int, headroom: int | None = None,
-           pending: float = 0.0) -> Observation:
+def _plant(
+    spec: TuningSpec,
+    pts: tuple[tuple[int, float], ...],
+    t: float,
+    rps: float,
+    replicas: int,
+    delay_us: int,
+    headroom: int | None = None,
+    pending: float = 0.0,
+) -> Observation:
     """What Prometheus shows; overloaded, it serves at capacity and the backlog grows."""
     lat = curve.prior_curve(pts)
     p = predict(rps / replicas, delay_us, spec.max_batch_size, lat)
     served = rps if p.stable else 0.97 * p.capacity_rps * replicas
     return Observation(
-        time_s=t, rps=served, avg_batch=p.avg_batch, queue_ms=0.0, compute_ms=p.exec_ms,
+        time_s=t,
+        rps=served,
+        avg_batch=p.avg_batch,
+        queue_ms=0.0,
+        compute_ms=p.exec_ms,
         p99_ms=p.p99_ms if p.stable else 10 * spec.slo_ms,
-        pending=pending + (rps - served) * spec.interval_s, replicas=replicas,
-        ready_replicas=replicas, delay_us=delay_us, schedulable_headroom=headroom,
+        pending=pending + (rps - served) * spec.interval_s,
+        replicas=replicas,
+        ready_replicas=replicas,
+        delay_us=delay_us,
+        schedulable_headroom=headroom,
     )
 
 
-def _run(spec: TuningSpec, pts: tuple[tuple[int, float], ...], rates: list[float],
-         replicas: int, delay_us: int) -> list[tuple[Observation, Decision]]:
+def _run(
+    spec: TuningSpec,
+    pts: tuple[tuple[int, float], ...],
+    rates: list[float],
+    replicas: int,
+    delay_us: int,
+) -> list[tuple[Observation, Decision]]:
     state = TuningState()
     out = []
     pending = 0.0
@@ -199,9 +240,13 @@ def loops(draw: st.DrawFn) -> tuple[TuningSpec, tuple[tuple[int, float], ...]]:
     name = draw(st.sampled_from(sorted(PROFILES)))
     mbs, pts = PROFILES[name]
     spec = TuningSpec(
-        slo_ms=draw(st.floats(20.0, 150.0)), max_batch_size=mbs, min_replicas=1,
-        max_replicas=draw(st.integers(4, 16)), max_delay_us=draw(st.integers(1000, 30_000)),
-        interval_s=INTERVAL, prior_batch_latency_ms=pts,
+        slo_ms=draw(st.floats(20.0, 150.0)),
+        max_batch_size=mbs,
+        min_replicas=1,
+        max_replicas=draw(st.integers(4, 16)),
+        max_delay_us=draw(st.integers(1000, 30_000)),
+        interval_s=INTERVAL,
+        prior_batch_latency_ms=pts,
     )
     return spec, pts
 
@@ -217,7 +262,8 @@ def test_no_oscillation_on_steady_load(loop, rps: float, replicas: int, delay: i
     history = _run(spec, pts, [rps] * ticks, replicas, delay)
     settled = history[-8:]
     assert all(dec.kind == "hold" and not dec.changes(obs) for obs, dec in settled), [
-        (d.kind, d.reason) for _, d in settled]
+        (d.kind, d.reason) for _, d in settled
+    ]
     # The same observation again and again: still holds, and says it is steady.
     obs, dec = history[-1]
     state = dec.state
@@ -230,9 +276,20 @@ def test_no_oscillation_on_steady_load(loop, rps: float, replicas: int, delay: i
 
 @given(loops(), st.floats(0.0, 0.03), st.floats(300.0, 5000.0), st.integers(0, 2**16))
 @example(  # found by hypothesis: a delay cut that bought nothing at a scale-up, then undone
-    loop=(TuningSpec(slo_ms=52.0, max_batch_size=32, max_replicas=4, max_delay_us=5475,
-                     interval_s=INTERVAL, prior_batch_latency_ms=CPU_DEMO), CPU_DEMO),
-    noise=0.029296875, rps=2263.0, seed=97,
+    loop=(
+        TuningSpec(
+            slo_ms=52.0,
+            max_batch_size=32,
+            max_replicas=4,
+            max_delay_us=5475,
+            interval_s=INTERVAL,
+            prior_batch_latency_ms=CPU_DEMO,
+        ),
+        CPU_DEMO,
+    ),
+    noise=0.029296875,
+    rps=2263.0,
+    seed=97,
 )
 @settings(max_examples=40, deadline=None)
 def test_noisy_steady_load_rarely_changes(loop, noise: float, rps: float, seed: int) -> None:
@@ -280,14 +337,17 @@ def test_never_beyond_schedulable_headroom(loop, rps: float, headroom: int) -> N
     obs = _plant(spec, pts, spec.interval_s, rps, 1, 0, headroom=headroom)
     dec = decide(obs, spec, state)
     assert dec.replicas <= 1 + headroom
-    if dec.replicas < spec.max_replicas and recommend(
-            curve.prior_curve(pts), rps, spec).replicas > 1 + headroom:
+    if (
+        dec.replicas < spec.max_replicas
+        and recommend(curve.prior_curve(pts), rps, spec).replicas > 1 + headroom
+    ):
         assert "capacity limited" in dec.reason
 
 
 def test_scales_up_fast_several_at_once() -> None:
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10,
-                      prior_batch_latency_ms=CPU_DEMO)
+    spec = TuningSpec(
+        slo_ms=50, max_batch_size=32, max_replicas=10, prior_batch_latency_ms=CPU_DEMO
+    )
     # The previous tick saw an empty queue; now it grew: demand is served + growth.
     first = _plant(spec, CPU_DEMO, 0.0, 300.0, 1, 500)
     state = decide(first, spec, TuningState()).state
@@ -300,20 +360,28 @@ def test_scales_up_fast_several_at_once() -> None:
 
 
 def test_counts_replicas_still_starting() -> None:
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10,
-                      prior_batch_latency_ms=CPU_DEMO)
+    spec = TuningSpec(
+        slo_ms=50, max_batch_size=32, max_replicas=10, prior_batch_latency_ms=CPU_DEMO
+    )
     need = recommend(curve.prior_curve(CPU_DEMO), 6000.0, spec).replicas
     assert need > 2
     # The policy already asked for `need`; only 2 are ready and p99 is bad meanwhile.
-    obs = replace(_plant(spec, CPU_DEMO, 0.0, 6000.0, 2, 0), replicas=need, ready_replicas=2,
-                  p99_ms=500.0)
+    obs = replace(
+        _plant(spec, CPU_DEMO, 0.0, 6000.0, 2, 0), replicas=need, ready_replicas=2, p99_ms=500.0
+    )
     dec = decide(obs, spec, TuningState())
     assert dec.replicas == need
 
 
 def test_observed_p99_over_slo_scales_up_when_model_disagrees() -> None:
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10, min_delay_us=0,
-                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO)
+    spec = TuningSpec(
+        slo_ms=50,
+        max_batch_size=32,
+        max_replicas=10,
+        min_delay_us=0,
+        max_delay_us=1000,
+        prior_batch_latency_ms=CPU_DEMO,
+    )
     obs = _plant(spec, CPU_DEMO, 0.0, 800.0, 2, 0)
     assert decide(obs, spec, TuningState()).replicas == 2  # the model alone is content
     hot = replace(obs, p99_ms=80.0)
@@ -326,9 +394,15 @@ def test_observed_p99_over_slo_scales_up_when_model_disagrees() -> None:
 def test_p99_lagging_a_fall_in_load_does_not_scale_up() -> None:
     """After the load falls, Triton's p99 summary still shows the heavier minute: that p99
     over the SLO must not force a scale-up until P99_WINDOW_S has passed; then it does."""
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10, min_delay_us=0,
-                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO,
-                      scale_down_window_s=300.0)  # no scale-down meanwhile to reset the wait
+    spec = TuningSpec(
+        slo_ms=50,
+        max_batch_size=32,
+        max_replicas=10,
+        min_delay_us=0,
+        max_delay_us=1000,
+        prior_batch_latency_ms=CPU_DEMO,
+        scale_down_window_s=300.0,
+    )  # no scale-down meanwhile to reset the wait
     high = _plant(spec, CPU_DEMO, 0.0, 1600.0, 2, 0)
     state = decide(high, spec, TuningState()).state
     low = replace(_plant(spec, CPU_DEMO, 0.0, 200.0, 2, 0), p99_ms=80.0)
@@ -357,8 +431,7 @@ def test_unknown_curve_holds_until_traffic() -> None:
 
 def test_recommend_uses_delay_at_moderate_load_not_near_capacity() -> None:
     """The finding the policy encodes: a delay pays at moderate load, not near capacity."""
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=1,
-                      prior_batch_latency_ms=CPU_DEMO)
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=1, prior_batch_latency_ms=CPU_DEMO)
     lat = curve.prior_curve(CPU_DEMO)
     moderate = recommend(lat, 200.0, spec)
     assert moderate.delay_us > 0 and moderate.avg_batch > 2
@@ -368,13 +441,24 @@ def test_recommend_uses_delay_at_moderate_load_not_near_capacity() -> None:
 
 
 def test_no_traffic_is_not_missing_data_and_scales_to_min() -> None:
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, min_replicas=1, max_replicas=8,
-                      prior_batch_latency_ms=CPU_DEMO)
+    spec = TuningSpec(
+        slo_ms=50,
+        max_batch_size=32,
+        min_replicas=1,
+        max_replicas=8,
+        prior_batch_latency_ms=CPU_DEMO,
+    )
     state = TuningState()
     replicas = 4
     for i in range(int(STABILISATION_S / INTERVAL) + 3):
-        obs = Observation(time_s=i * INTERVAL, rps=0.0, pending=0.0, replicas=replicas,
-                          ready_replicas=replicas, delay_us=500)
+        obs = Observation(
+            time_s=i * INTERVAL,
+            rps=0.0,
+            pending=0.0,
+            replicas=replicas,
+            ready_replicas=replicas,
+            delay_us=500,
+        )
         dec = decide(obs, spec, state)
         assert "missing" not in dec.reason
         if i * INTERVAL < STABILISATION_S - INTERVAL:
@@ -386,9 +470,15 @@ def test_no_traffic_is_not_missing_data_and_scales_to_min() -> None:
 def test_no_scale_down_while_the_observed_p99_breaks_the_slo() -> None:
     """The model may see room for fewer replicas where the machine is slower than it thinks;
     while the observed p99 is over the SLO, replicas are not given back."""
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10, min_delay_us=0,
-                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO,
-                      scale_down_window_s=0.0)
+    spec = TuningSpec(
+        slo_ms=50,
+        max_batch_size=32,
+        max_replicas=10,
+        min_delay_us=0,
+        max_delay_us=1000,
+        prior_batch_latency_ms=CPU_DEMO,
+        scale_down_window_s=0.0,
+    )
     light = _plant(spec, CPU_DEMO, 0.0, 100.0, 4, 0)
     assert decide(light, spec, TuningState()).replicas < 4  # the model alone gives back
     hot = decide(replace(light, p99_ms=80.0), spec, TuningState())
@@ -398,8 +488,15 @@ def test_no_scale_down_while_the_observed_p99_breaks_the_slo() -> None:
 def test_p99_left_over_from_before_a_scale_up_does_not_force_another() -> None:
     """Triton's p99 summary holds a scale-up's transient for about a minute: only a p99 over
     the SLO that persists past P99_WINDOW_S after the change forces more replicas."""
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10, min_delay_us=0,
-                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO, interval_s=10.0)
+    spec = TuningSpec(
+        slo_ms=50,
+        max_batch_size=32,
+        max_replicas=10,
+        min_delay_us=0,
+        max_delay_us=1000,
+        prior_batch_latency_ms=CPU_DEMO,
+        interval_s=10.0,
+    )
     hot = replace(_plant(spec, CPU_DEMO, 0.0, 800.0, 2, 0), p99_ms=80.0)
     state = TuningState(last_scale_up_s=0.0, recommendations=((0.0, 2),))
     t, seen = 3 * spec.interval_s, []  # settled, by the rates
@@ -425,8 +522,14 @@ def test_the_default_scrape_interval_is_the_rendered_podmonitors() -> None:
 def test_the_correction_learns_nothing_while_the_load_rises() -> None:
     """On a rising load Triton's p99 summary shows a lighter past: a low observed p99 there
     must not make the model optimistic (it learns once the rate holds)."""
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=10, min_delay_us=0,
-                      max_delay_us=1000, prior_batch_latency_ms=CPU_DEMO)
+    spec = TuningSpec(
+        slo_ms=50,
+        max_batch_size=32,
+        max_replicas=10,
+        min_delay_us=0,
+        max_delay_us=1000,
+        prior_batch_latency_ms=CPU_DEMO,
+    )
     settled = TuningState(last_time_s=0.0, last_rps=1000.0, last_pending=0.0)
     t = P99_WINDOW_S + 3 * spec.interval_s
     base = _plant(spec, CPU_DEMO, t, 1000.0, 2, 0)
@@ -440,8 +543,7 @@ def test_the_delay_rises_only_while_the_observed_p99_has_room_for_it() -> None:
     """A longer delay adds up to its length to each wait: the model may call it safe while
     the observed p99 is already near the target (real Triton at maxBatch 2 on busy cores: p99
     36 ms at 0 us, 66-97 ms at 5,000 us against a 40 ms SLO)."""
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=1,
-                      prior_batch_latency_ms=CPU_DEMO)
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=1, prior_batch_latency_ms=CPU_DEMO)
     calm = _plant(spec, CPU_DEMO, 0.0, 200.0, 1, 0)
     up = decide(calm, spec, TuningState())
     assert up.kind == "delay-up" and up.delay_us > 0  # the model's case for batching
@@ -453,8 +555,7 @@ def _after_a_raise(p99_at_raised: float | None) -> tuple[int, list[Decision]]:
     """A delay raised at 200 req/s, then 10 minutes at that rate. The observed p99 at the
     raised delay is `p99_at_raised` (None: what the model predicts); back at the delay
     before it, what the model predicts."""
-    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=1,
-                      prior_batch_latency_ms=CPU_DEMO)
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=1, prior_batch_latency_ms=CPU_DEMO)
     up = decide(_plant(spec, CPU_DEMO, 0.0, 200.0, 1, 0), spec, TuningState())
     assert up.kind == "delay-up" and up.delay_us > 0
     raised, state, delay, out = up.delay_us, up.state, up.delay_us, []
@@ -480,7 +581,7 @@ def test_a_raise_that_breaks_the_target_is_undone_and_not_tried_again_at_that_lo
     # Judged only once the summary shows the raised delay alone (not on a lagging p99).
     assert (downs[0] + 1) * 15.0 >= P99_WINDOW_S
     assert back.delay_us == 0 and "the raise from 0 us broke the target" in back.reason
-    later = out[downs[0]:]
+    later = out[downs[0] :]
     assert DELAY_CEILING_S > 40 * 15.0  # the whole run is within the bar
     assert all(d.delay_us < raised for d in later), [d.reason for d in later]
 

@@ -130,15 +130,17 @@ def grpc_url(url: str, port: int = GRPC_PORT) -> str:
     return f"{url.rsplit(':', 1)[0]}:{port}"
 
 
-async def _http(method: str, url: str, path: str, timeout: float,
-                body: dict[str, Any] | None = None) -> dict[str, Any]:
+async def _http(
+    method: str, url: str, path: str, timeout: float, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One call to Triton's HTTP/REST API (KServe v2); its JSON answer, {} when empty."""
     import aiohttp
 
     limit = aiohttp.ClientTimeout(total=timeout)
-    async with aiohttp.ClientSession(timeout=limit) as session, session.request(
-        method, f"http://{url}{path}", json=body
-    ) as response:
+    async with (
+        aiohttp.ClientSession(timeout=limit) as session,
+        session.request(method, f"http://{url}{path}", json=body) as response,
+    ):
         text = await response.text()
         answer = json.loads(text) if text.strip() else {}
         if response.status != 200:
@@ -189,8 +191,10 @@ async def _grpc_load(url: str, model: str, config: str, timeout: float) -> None:
             await call(load_request(model, config), timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
-            connected = channel.get_state() in (grpc.ChannelConnectivity.READY,
-                                                grpc.ChannelConnectivity.IDLE)
+            connected = channel.get_state() in (
+                grpc.ChannelConnectivity.READY,
+                grpc.ChannelConnectivity.IDLE,
+            )
             reason = f"{code}: {exc.details()}"
             if code == grpc.StatusCode.UNAVAILABLE or (
                 code == grpc.StatusCode.DEADLINE_EXCEEDED and not connected
@@ -214,7 +218,11 @@ async def get_model_config(url: str, model: str, timeout: float = 10.0) -> dict[
 
 
 async def load_model(
-    url: str, model: str, config: dict[str, Any], timeout: float = 30.0, via: str = "http",
+    url: str,
+    model: str,
+    config: dict[str, Any],
+    timeout: float = 30.0,
+    via: str = "http",
     grpc_port: int = GRPC_PORT,
 ) -> None:
     """Reload `model` with `config` on the Triton at `url` (HTTP host:port), the call sent
@@ -226,14 +234,23 @@ async def load_model(
         if via == "grpc":
             await _grpc_load(grpc_url(url, grpc_port), model, text, timeout)
         else:
-            await _http("POST", url, f"/v2/repository/models/{model}/load", timeout,
-                        {"parameters": {"config": text}})
+            await _http(
+                "POST",
+                url,
+                f"/v2/repository/models/{model}/load",
+                timeout,
+                {"parameters": {"config": text}},
+            )
     except Exception as exc:  # noqa: BLE001 - classified into a clear error
         raise _classify(url, model, exc) from exc
 
 
 async def apply_config(
-    url: str, model: str, config: dict[str, Any], timeout: float = 30.0, via: str = "http",
+    url: str,
+    model: str,
+    config: dict[str, Any],
+    timeout: float = 30.0,
+    via: str = "http",
     grpc_port: int = GRPC_PORT,
 ) -> dict[str, Any]:
     """Reload `model` with `config` (sent over `via`) and return the live config Triton
@@ -243,8 +260,12 @@ async def apply_config(
 
 
 async def set_queue_delay(
-    url: str, model: str, delay_us: int, timeout: float = 30.0,
-    grpc_port: int | None = GRPC_PORT, queue_policy: QueuePolicy | None = None,
+    url: str,
+    model: str,
+    delay_us: int,
+    timeout: float = 30.0,
+    grpc_port: int | None = GRPC_PORT,
+    queue_policy: QueuePolicy | None = None,
 ) -> ReloadResult:
     """Make `model` at `url` (Triton's HTTP host:port) run with `delay_us` (and
     `queue_policy`, when given; None leaves the live one alone), verified live.
@@ -278,21 +299,28 @@ async def set_queue_delay(
     after = live_delay(live)
     if after != delay_us:
         raise ReloadError(
-            url, model, f"Triton accepted the reload but its live config shows {after} us, "
-            f"not {delay_us} us"
+            url,
+            model,
+            f"Triton accepted the reload but its live config shows {after} us, not {delay_us} us",
         )
     policy = live_queue_policy(live["dynamic_batching"])
     if queue_policy is not None and policy != queue_policy:
         raise ReloadError(
-            url, model, f"Triton accepted the reload but its live queue policy is "
-            f"{policy.annotation()}, not {queue_policy.annotation()}"
+            url,
+            model,
+            f"Triton accepted the reload but its live queue policy is "
+            f"{policy.annotation()}, not {queue_policy.annotation()}",
         )
     return ReloadResult(url, model, before, after, True, time.monotonic() - t0, via, policy)
 
 
 def set_queue_delay_sync(
-    url: str, model: str, delay_us: int, timeout: float = 30.0,
-    grpc_port: int | None = GRPC_PORT, queue_policy: QueuePolicy | None = None,
+    url: str,
+    model: str,
+    delay_us: int,
+    timeout: float = 30.0,
+    grpc_port: int | None = GRPC_PORT,
+    queue_policy: QueuePolicy | None = None,
 ) -> ReloadResult:
     """Blocking wrapper of set_queue_delay for scripts and tests (not inside an event loop)."""
     return asyncio.run(set_queue_delay(url, model, delay_us, timeout, grpc_port, queue_policy))

@@ -222,8 +222,9 @@ class ModelSpec(APIModel):
             "self.latencyProfile.exists_one(q, q.batchSize == p.batchSize))",
             message="latencyProfile batch sizes must be unique",
             field="latencyProfile",
-            check=lambda m: len({p.batch_size for p in m.latency_profile or ()})
-            == len(m.latency_profile or ()),
+            check=lambda m: (
+                len({p.batch_size for p in m.latency_profile or ()}) == len(m.latency_profile or ())
+            ),
             reason="FieldValueDuplicate",
         ),
         Rule(
@@ -231,8 +232,9 @@ class ModelSpec(APIModel):
             "self.latencyProfile.exists(p, p.batchSize == 1)",
             message="latencyProfile must include batch size 1 (the cost of one call)",
             field="latencyProfile",
-            check=lambda m: not m.latency_profile
-            or any(p.batch_size == 1 for p in m.latency_profile),
+            check=lambda m: (
+                not m.latency_profile or any(p.batch_size == 1 for p in m.latency_profile)
+            ),
         ),
         Rule(
             cel="!has(self.latencyProfile) || self.latencyProfile.all(p, "
@@ -690,8 +692,9 @@ class OverloadSpec(APIModel):
             message="maxQueueSize and queueTimeoutMicroseconds apply only with policy Reject "
             "(Queue never refuses a request)",
             field="policy",
-            check=lambda o: o.policy == "Reject"
-            or (o.max_queue_size == 0 and not o.queue_timeout_microseconds),
+            check=lambda o: (
+                o.policy == "Reject" or (o.max_queue_size == 0 and not o.queue_timeout_microseconds)
+            ),
         ),
     )
 
@@ -804,9 +807,11 @@ class BatchedModelSpec(APIModel):
             message="the queue timeout must exceed batching.maxQueueDelayLimitMicroseconds (a "
             "request that waited out the delay would be refused)",
             field="overload.queueTimeoutMicroseconds",
-            check=lambda s: not s.overload.queue_timeout_microseconds
-            or s.overload.queue_timeout_microseconds
-            > s.batching.max_queue_delay_limit_microseconds,
+            check=lambda s: (
+                not s.overload.queue_timeout_microseconds
+                or s.overload.queue_timeout_microseconds
+                > s.batching.max_queue_delay_limit_microseconds
+            ),
         ),
         Rule(
             cel="!has(self.overload.queueTimeoutMicroseconds) || "
@@ -815,8 +820,10 @@ class BatchedModelSpec(APIModel):
             message="the queue timeout must be below the p99 latency SLO (it bounds queue time; "
             "compute comes after)",
             field="overload.queueTimeoutMicroseconds",
-            check=lambda s: (s.overload.queue_timeout_microseconds or 0)
-            < s.slo.p99_latency_milliseconds * 1000.0,
+            check=lambda s: (
+                (s.overload.queue_timeout_microseconds or 0)
+                < s.slo.p99_latency_milliseconds * 1000.0
+            ),
         ),
     )
 

@@ -71,7 +71,7 @@ def bash_script(parser: argparse.ArgumentParser, prog: str = "batchop") -> str:
     lines += [
         f"{fn}() {{",
         '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"',
-        f'    local cmdpath={shlex.quote(prog)} word i',
+        f"    local cmdpath={shlex.quote(prog)} word i",
         "    for ((i = 1; i < COMP_CWORD; i++)); do",
         '        word="${COMP_WORDS[i]}"',
         f'        case " ${{{fn}_subs[$cmdpath]}} " in',

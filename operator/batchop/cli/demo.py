@@ -28,27 +28,62 @@ def register(subparsers: Any) -> None:
         "pattern, at x0.02) and judge it per 30 s window: served p99 within 2x the SLO in "
         "every settled window, rejected requests counted, replicas held between bursts.",
     )
-    p.add_argument("--duration", type=float, default=None, metavar="S",
-                   help="seconds of the stepped load; not with --trace (default: 210)")
-    p.add_argument("--trace", metavar="NAME|PATH",
-                   help="replay this trace CSV (a path, or a name in ../shared/traces, e.g. "
-                   "azure-code) instead of the steps; --trace-* apply")
-    p.add_argument("--trace-start", type=float, default=bursts.TRACE_START_S, metavar="S",
-                   help="second of the trace where the replay starts (default %(default)g, around "
-                   "azure-code's bursts)")
-    p.add_argument("--trace-seconds", type=float, default=bursts.TRACE_SECONDS, metavar="S",
-                   help="seconds of the trace to replay, in real time (default %(default)g)")
-    p.add_argument("--trace-scale", type=float, default=bursts.TRACE_SCALE, metavar="X",
-                   help="multiply the trace's rates (azure-code peaks at 67,000 req/s; one "
-                   "demo replica serves ~360; default %(default)g)")
-    p.add_argument("--report", type=Path, default=Path("reports/demo"), metavar="DIR",
-                   help="where report.json and report.png go (default %(default)s)")
-    p.add_argument("--sample", type=float, default=5.0, metavar="S",
-                   help="seconds between table rows / report samples (default %(default)g)")
-    p.add_argument("--name", default="batchop-demo",
-                   help="local cluster name (default %(default)s)")
-    p.add_argument("--keep-cluster", action="store_true",
-                   help="leave the local cluster running at the end")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds of the stepped load; not with --trace (default: 210)",
+    )
+    p.add_argument(
+        "--trace",
+        metavar="NAME|PATH",
+        help="replay this trace CSV (a path, or a name in ../shared/traces, e.g. "
+        "azure-code) instead of the steps; --trace-* apply",
+    )
+    p.add_argument(
+        "--trace-start",
+        type=float,
+        default=bursts.TRACE_START_S,
+        metavar="S",
+        help="second of the trace where the replay starts (default %(default)g, around "
+        "azure-code's bursts)",
+    )
+    p.add_argument(
+        "--trace-seconds",
+        type=float,
+        default=bursts.TRACE_SECONDS,
+        metavar="S",
+        help="seconds of the trace to replay, in real time (default %(default)g)",
+    )
+    p.add_argument(
+        "--trace-scale",
+        type=float,
+        default=bursts.TRACE_SCALE,
+        metavar="X",
+        help="multiply the trace's rates (azure-code peaks at 67,000 req/s; one "
+        "demo replica serves ~360; default %(default)g)",
+    )
+    p.add_argument(
+        "--report",
+        type=Path,
+        default=Path("reports/demo"),
+        metavar="DIR",
+        help="where report.json and report.png go (default %(default)s)",
+    )
+    p.add_argument(
+        "--sample",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between table rows / report samples (default %(default)g)",
+    )
+    p.add_argument(
+        "--name", default="batchop-demo", help="local cluster name (default %(default)s)"
+    )
+    p.add_argument(
+        "--keep-cluster", action="store_true", help="leave the local cluster running at the end"
+    )
     p.set_defaults(func=run)
 
 
@@ -61,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
         from batchop_dev.local.demo import EXAMPLES
 
         if args.duration is not None:
-            print("batchop demo: --duration: not with --trace (use --trace-seconds)",
-                  file=sys.stderr)
+            print(
+                "batchop demo: --duration: not with --trace (use --trace-seconds)", file=sys.stderr
+            )
             return 2
         try:
             full = load_trace(find_trace(args.trace, EXAMPLES.parent))
@@ -71,22 +107,34 @@ def run(args: argparse.Namespace) -> int:
             print(f"batchop demo: {exc}", file=sys.stderr)
             return 2
         if trace.end < 60:
-            print(f"batchop demo: --trace-seconds: the slice is {trace.end:g} s; at least 60 "
-                  "(windows are judged 60 s after a replica change)", file=sys.stderr)
+            print(
+                f"batchop demo: --trace-seconds: the slice is {trace.end:g} s; at least 60 "
+                "(windows are judged 60 s after a replica change)",
+                file=sys.stderr,
+            )
             return 2
         if max(trace.rps[:-1]) <= 0:
-            print(f"batchop demo: --trace-start/--trace-seconds: no request in {trace.name}",
-                  file=sys.stderr)
+            print(
+                f"batchop demo: --trace-start/--trace-seconds: no request in {trace.name}",
+                file=sys.stderr,
+            )
             return 2
     duration = 210.0 if args.duration is None else args.duration
     if duration < 20:
-        print("batchop demo: --duration: at least 20 seconds (the load has four steps)",
-              file=sys.stderr)
+        print(
+            "batchop demo: --duration: at least 20 seconds (the load has four steps)",
+            file=sys.stderr,
+        )
         return 2
 
     from batchop_dev.local.demo import main_exit_code, run_demo
 
-    result = run_demo(duration_s=trace.end if trace is not None else duration,
-                      report_dir=args.report, sample_s=args.sample, cluster_name=args.name,
-                      keep_cluster=args.keep_cluster, trace=trace)
+    result = run_demo(
+        duration_s=trace.end if trace is not None else duration,
+        report_dir=args.report,
+        sample_s=args.sample,
+        cluster_name=args.name,
+        keep_cluster=args.keep_cluster,
+        trace=trace,
+    )
     return main_exit_code(result)

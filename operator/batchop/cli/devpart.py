@@ -42,8 +42,9 @@ def load(module: str) -> ModuleType | None:
 
 def register_placeholder(subparsers: argparse._SubParsersAction, name: str, text: str) -> None:
     """`name` in --help and completion, saying what it needs; running it says so and fails."""
-    parser = subparsers.add_parser(name, help=f"{text} ({HINT})",
-                                   description=f"{text}. This command {HINT}.")
+    parser = subparsers.add_parser(
+        name, help=f"{text} ({HINT})", description=f"{text}. This command {HINT}."
+    )
     parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     def run(args: argparse.Namespace) -> int:

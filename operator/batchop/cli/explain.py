@@ -16,8 +16,14 @@ from batchop.cli.output import add_output_flag, emit
 
 # Fields of status.lastDecision, in the order they are shown (newer operators may add the
 # decision's kind and the p99 it predicted; they are shown when present).
-DECISION_KEYS = ("time", "kind", "replicas", "maxQueueDelayMicroseconds",
-                 "predictedP99Milliseconds", "reason")
+DECISION_KEYS = (
+    "time",
+    "kind",
+    "replicas",
+    "maxQueueDelayMicroseconds",
+    "predictedP99Milliseconds",
+    "reason",
+)
 
 
 class ExplainError(Exception):
@@ -36,10 +42,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "decision: what it decided and why, the metrics it saw, its conditions.",
     )
     p.add_argument("target", metavar="NAMESPACE/NAME", help="the BatchedModel")
-    p.add_argument("--kubeconfig", default=None,
-                   help="kubeconfig to use (default: $KUBECONFIG or ~/.kube/config)")
-    p.add_argument("--events", type=int, default=10, metavar="N",
-                   help="how many of the newest Events to show")
+    p.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig to use (default: $KUBECONFIG or ~/.kube/config)",
+    )
+    p.add_argument(
+        "--events", type=int, default=10, metavar="N", help="how many of the newest Events to show"
+    )
     add_output_flag(p)
     p.set_defaults(func=run)
 
@@ -59,12 +69,18 @@ def parse_target(text: str) -> tuple[str, str]:
 def _event_time(event: dict[str, Any]) -> str:
     meta = event.get("metadata") or {}
     series = event.get("series") or {}
-    return str(event.get("lastTimestamp") or series.get("lastObservedTime")
-               or event.get("eventTime") or meta.get("creationTimestamp") or "")
+    return str(
+        event.get("lastTimestamp")
+        or series.get("lastObservedTime")
+        or event.get("eventTime")
+        or meta.get("creationTimestamp")
+        or ""
+    )
 
 
-def explanation(bm: dict[str, Any], events: list[dict[str, Any]],
-                max_events: int = 10) -> dict[str, Any]:
+def explanation(
+    bm: dict[str, Any], events: list[dict[str, Any]], max_events: int = 10
+) -> dict[str, Any]:
     """The facts `explain` shows, as one object (what `-o json|yaml` prints)."""
     meta = bm.get("metadata") or {}
     spec = bm.get("spec") or {}
@@ -75,7 +91,8 @@ def explanation(bm: dict[str, Any], events: list[dict[str, Any]],
     decision = status.get("lastDecision") or None
     if decision is not None:
         decision = {k: decision[k] for k in DECISION_KEYS if k in decision} | {
-            k: v for k, v in decision.items() if k not in DECISION_KEYS}
+            k: v for k, v in decision.items() if k not in DECISION_KEYS
+        }
     recent = sorted(events, key=_event_time)[-max_events:] if max_events > 0 else []
     return {
         "name": meta.get("name"),
@@ -83,8 +100,10 @@ def explanation(bm: dict[str, Any], events: list[dict[str, Any]],
         "generation": meta.get("generation"),
         "observedGeneration": status.get("observedGeneration"),
         "slo": {"p99LatencyMilliseconds": (spec.get("slo") or {}).get("p99LatencyMilliseconds")},
-        "autotune": {"queueDelay": autotune.get("queueDelay"),
-                     "replicas": autotune.get("replicas")},
+        "autotune": {
+            "queueDelay": autotune.get("queueDelay"),
+            "replicas": autotune.get("replicas"),
+        },
         "replicas": {
             "desired": scaling.get("replicas"),
             "ready": status.get("readyReplicas"),
@@ -156,8 +175,9 @@ def render_text(ex: dict[str, Any], now: datetime | None = None) -> str:
     rep = ex["replicas"]
     delay = ex["queueDelayMicroseconds"]
     tune = ex["autotune"]
-    tuned = [w for w, on in (("queue delay", tune["queueDelay"]), ("replicas", tune["replicas"]))
-             if on]
+    tuned = [
+        w for w, on in (("queue delay", tune["queueDelay"]), ("replicas", tune["replicas"])) if on
+    ]
     lines = [
         f"BatchedModel {ex['namespace']}/{ex['name']} (generation {ex['generation']}, "
         f"observed {_num(ex['observedGeneration'])})",
@@ -187,9 +207,7 @@ def render_text(ex: dict[str, Any], now: datetime | None = None) -> str:
     if m:
         lines.append("Metrics the tuner last saw (status.metrics):")
         peak = m.get("peakRequestsPerSecond")
-        busiest = (
-            f" (busiest scrape interval {_num(peak, ' req/s')})" if peak is not None else ""
-        )
+        busiest = f" (busiest scrape interval {_num(peak, ' req/s')})" if peak is not None else ""
         lines.append(
             f"  rate {_num(m.get('requestsPerSecond'), ' req/s')}{busiest}, "
             f"p99 {_num(m.get('p99LatencyMilliseconds'), ' ms')} "
@@ -204,8 +222,10 @@ def render_text(ex: dict[str, Any], now: datetime | None = None) -> str:
     if ex["conditions"]:
         lines.append("Conditions:")
         for c in ex["conditions"]:
-            lines.append(f"  {c['type'] or '?':<17} {c['status'] or '?':<8} {c['reason'] or ''}: "
-                         f"{c['message'] or ''}")
+            lines.append(
+                f"  {c['type'] or '?':<17} {c['status'] or '?':<8} {c['reason'] or ''}: "
+                f"{c['message'] or ''}"
+            )
     else:
         lines.append("Conditions: none")
     lines.append("")
@@ -213,15 +233,18 @@ def render_text(ex: dict[str, Any], now: datetime | None = None) -> str:
         lines.append("Recent events (oldest first):")
         for e in ex["events"]:
             count = f" (x{e['count']})" if e["count"] and e["count"] > 1 else ""
-            lines.append(f"  {e['time'] or '?'}  {e['type'] or '?':<8} {e['reason'] or '?'}: "
-                         f"{e['message'] or ''}{count}")
+            lines.append(
+                f"  {e['time'] or '?'}  {e['type'] or '?':<8} {e['reason'] or '?'}: "
+                f"{e['message'] or ''}{count}"
+            )
     else:
         lines.append("Recent events: none")
     return "\n".join(lines) + "\n"
 
 
-def fetch(namespace: str, name: str, kubeconfig: str | None) -> tuple[dict[str, Any],
-                                                                    list[dict[str, Any]]]:
+def fetch(
+    namespace: str, name: str, kubeconfig: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The BatchedModel and its Events, from the API server."""
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
@@ -237,7 +260,8 @@ def fetch(namespace: str, name: str, kubeconfig: str | None) -> tuple[dict[str, 
         raise ExplainError(f"kubeconfig {where}: {first}", 2) from None
     try:
         bm = client.CustomObjectsApi(api).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name)
+            GROUP, VERSION, namespace, PLURAL, name
+        )
         listing = client.CoreV1Api(api).list_namespaced_event(
             namespace,
             field_selector=f"involvedObject.name={name},involvedObject.kind={KIND}",
@@ -247,8 +271,10 @@ def fetch(namespace: str, name: str, kubeconfig: str | None) -> tuple[dict[str, 
             raise ExplainError(f"BatchedModel {namespace}/{name} not found") from None
         raise ExplainError(f"API server: {exc.status} {exc.reason}") from None
     except Exception as exc:  # connection refused, TLS, DNS: one line, no traceback
-        raise ExplainError(f"cannot reach the API server: {type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise ExplainError(
+            f"cannot reach the API server: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from None
     events = api.sanitize_for_serialization(listing).get("items") or []
     return bm, events
 

@@ -6,8 +6,12 @@ import argparse
 
 
 def _shown(default: object) -> bool:
-    return default is not None and default is not False and default != argparse.SUPPRESS \
+    return (
+        default is not None
+        and default is not False
+        and default != argparse.SUPPRESS
         and default != []
+    )
 
 
 def show_defaults(parser: argparse.ArgumentParser) -> None:

@@ -27,28 +27,52 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rate = p.add_mutually_exclusive_group(required=True)
     rate.add_argument("--trace", help="trace CSV (second,rps)")
     rate.add_argument("--rps", type=positive_float, help="constant rate instead of a trace")
-    p.add_argument("--duration", type=positive_float, default=30.0,
-                   help="seconds of load with --rps (default 30)")
-    p.add_argument("--time-scale", type=positive_float, default=1.0,
-                   help="multiply the trace's seconds (0.1: ten times faster; default 1)")
-    p.add_argument("--rate-scale", type=positive_float, default=1.0,
-                   help="multiply the trace's rates (default 1)")
+    p.add_argument(
+        "--duration",
+        type=positive_float,
+        default=30.0,
+        help="seconds of load with --rps (default 30)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=positive_float,
+        default=1.0,
+        help="multiply the trace's seconds (0.1: ten times faster; default 1)",
+    )
+    p.add_argument(
+        "--rate-scale",
+        type=positive_float,
+        default=1.0,
+        help="multiply the trace's rates (default 1)",
+    )
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument(
         "--bm", type=namespaced_name, metavar="NAMESPACE/NAME", help="BatchedModel to load"
     )
-    target.add_argument("--url", action="append", metavar="HOST:PORT",
-                        help="Triton HTTP endpoint on 127.x.y.z (repeatable)")
+    target.add_argument(
+        "--url",
+        action="append",
+        metavar="HOST:PORT",
+        help="Triton HTTP endpoint on 127.x.y.z (repeatable)",
+    )
     p.add_argument("--model", help="Triton model name (with --url)")
-    p.add_argument("--kubeconfig", help="kubeconfig of the local cluster (with --bm; "
-                   "default: $KUBECONFIG or ~/.kube/config)")
+    p.add_argument(
+        "--kubeconfig",
+        help="kubeconfig of the local cluster (with --bm; default: $KUBECONFIG or ~/.kube/config)",
+    )
     p.add_argument("--json", required=True, metavar="OUT", help="where to write the report")
-    p.add_argument("--seed", type=bounded_int(0, 2**63 - 1), default=0,
-                   help="arrival-time seed (default 0)")
-    p.add_argument("--timeout", type=positive_float, default=30.0,
-                   help="per-request timeout in seconds (default 30)")
-    p.add_argument("--no-records", action="store_true",
-                   help="leave the per-request records out of the JSON")
+    p.add_argument(
+        "--seed", type=bounded_int(0, 2**63 - 1), default=0, help="arrival-time seed (default 0)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=30.0,
+        help="per-request timeout in seconds (default 30)",
+    )
+    p.add_argument(
+        "--no-records", action="store_true", help="leave the per-request records out of the JSON"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run)
 
@@ -100,11 +124,16 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         print(warning, file=sys.stderr)
     try:
-        report = asyncio.run(run_load(
-            trace, source, seed=args.seed, timeout_s=args.timeout,
-            progress=None if args.quiet else stderr_progress,
-            keep_records=not args.no_records,
-        ))
+        report = asyncio.run(
+            run_load(
+                trace,
+                source,
+                seed=args.seed,
+                timeout_s=args.timeout,
+                progress=None if args.quiet else stderr_progress,
+                keep_records=not args.no_records,
+            )
+        )
     except LoadError as exc:
         print(f"batchop load: {exc}", file=sys.stderr)
         return 2

@@ -46,8 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from batchop.cli.version import VersionAction
 
-    parser.add_argument("--version", action=VersionAction,
-                        help="print the version (and git commit in a checkout) and exit")
+    parser.add_argument(
+        "--version",
+        action=VersionAction,
+        help="print the version (and git commit in a checkout) and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         try:

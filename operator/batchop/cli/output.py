@@ -27,25 +27,44 @@ def add_output_flag(
     """Add `-o/--output text|json|yaml` (and `--json` as an alias of `-o json`);
     `manifests`: `-o yaml|json`, YAML by default (Kubernetes objects have no text form)."""
     if manifests:
-        parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
-                            help="print the objects as YAML documents or a JSON v1 List")
+        parser.add_argument(
+            "-o",
+            "--output",
+            choices=("yaml", "json"),
+            default="yaml",
+            help="print the objects as YAML documents or a JSON v1 List",
+        )
     else:
         parser.add_argument(
-            "-o", "--output", choices=FORMATS, default="text",
+            "-o",
+            "--output",
+            choices=FORMATS,
+            default="text",
             help="print the result as text, JSON or YAML",
         )
     if json_alias:
         parser.add_argument(
-            "--json", dest="json_out", action=_JsonTo, nargs="?", const="-", default=None,
-            metavar="OUT", help="write the JSON result to OUT ('-' or none: stdout, as -o json)",
+            "--json",
+            dest="json_out",
+            action=_JsonTo,
+            nargs="?",
+            const="-",
+            default=None,
+            metavar="OUT",
+            help="write the JSON result to OUT ('-' or none: stdout, as -o json)",
         )
 
 
 class _JsonTo(argparse.Action):
     """`--json [OUT]`: the JSON result, to OUT (stdout when OUT is `-` or left out)."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         namespace.output = "json"
         namespace.json_out = values
 
@@ -87,8 +106,9 @@ def emit(obj: Any, fmt: str, out: TextIO | None = None, path: str | None = None)
     from pathlib import Path
 
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".",
-                               prefix=f".{target.name}.")
+    fd, tmp = tempfile.mkstemp(
+        dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}."
+    )
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -126,8 +126,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     paste = snippet(profile, plan, args)
     if args.output != "text":
-        emit({"profile": profile.name, **asdict(plan), "batchedModel": paste}, args.output,
-             path=getattr(args, "json_out", None))
+        emit(
+            {"profile": profile.name, **asdict(plan), "batchedModel": paste},
+            args.output,
+            path=getattr(args, "json_out", None),
+        )
         return 0 if plan.feasible else 1
     if not plan.feasible:
         print(f"batchop plan: {_short_of_replicas(plan, args)}", file=sys.stderr)

@@ -47,9 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     delay_us, replicas = bounded_int(0, MAX_DELAY_US), bounded_int(0, MAX_REPLICAS)
     p.add_argument("--delay-us", type=delay_us, default=500, help="starting (static: fixed) delay")
-    p.add_argument(
-        "--replicas", type=replicas, default=1, help="starting (static: fixed) replicas"
-    )
+    p.add_argument("--replicas", type=replicas, default=1, help="starting (static: fixed) replicas")
     p.add_argument("--min-replicas", type=replicas, default=1)
     p.add_argument("--max-replicas", type=replicas, default=8)
     p.add_argument("--min-delay-us", type=delay_us, default=0)
@@ -165,8 +163,10 @@ def _check_overload(args: argparse.Namespace) -> str | None:
     return None
 
 
-SIM_HINT = ("needs numpy: `pip install 'batchop[sim]'` (`make install` has it; the operator "
-            "image leaves it out)")
+SIM_HINT = (
+    "needs numpy: `pip install 'batchop[sim]'` (`make install` has it; the operator "
+    "image leaves it out)"
+)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -27,7 +27,6 @@ BM_LABEL = PROM_LABEL_MODEL
 GROUP = f"namespace, {BM_LABEL}"
 
 
-
 # What arrives: served requests and those the queue policy refused (success carries no
 # `reason` label, the refusals carry reason="REJECTED").
 ARRIVALS = (
@@ -49,7 +48,7 @@ def duration_s(window: str) -> float:
         if unit not in units or not number:
             raise ValueError(f"not a PromQL duration: {window!r}")
         total += int(number) * units[unit]
-        number, rest = "", rest[len(unit):]
+        number, rest = "", rest[len(unit) :]
     if number or total <= 0:
         raise ValueError(f"not a PromQL duration: {window!r}")
     return total
@@ -64,6 +63,7 @@ def build_queries(window: str = "1m") -> dict[str, str]:
 
     `window` is the rate window (e.g. "30s"); it must span at least two scrapes.
     """
+
     def rate(metric: str) -> str:
         return f"sum by ({GROUP}) (rate({metric}[{window}]))"
 
@@ -73,9 +73,7 @@ def build_queries(window: str = "1m") -> dict[str, str]:
         "avg_batch": f"{rate('nv_inference_count')} / {rate('nv_inference_exec_count')}",
         "queue_ms": f"{rate('nv_inference_queue_duration_us')} / {success} / 1000",
         "compute_ms": f"{rate('nv_inference_compute_infer_duration_us')} / {success} / 1000",
-        "p99_ms": (
-            f'max by ({GROUP}) (nv_inference_request_summary_us{{quantile="0.99"}}) / 1000'
-        ),
+        "p99_ms": (f'max by ({GROUP}) (nv_inference_request_summary_us{{quantile="0.99"}}) / 1000'),
         "pending": f"sum by ({GROUP}) (nv_inference_pending_request_count)",
         # Requests the queue policy refused (spec.overload): Triton 2.51 counts them in
         # its failure counter under reason="REJECTED".
@@ -231,8 +229,9 @@ class PrometheusObserver:
 
         self.queries_sent += 1
         try:
-            reply = self._session.get(f"{self.url.rstrip('/')}{path}", params=params,
-                                      timeout=self.timeout_s)
+            reply = self._session.get(
+                f"{self.url.rstrip('/')}{path}", params=params, timeout=self.timeout_s
+            )
             body = reply.json()
         except (requests.RequestException, ValueError) as exc:
             raise PrometheusUnavailable(f"prometheus at {self.url}: {exc}") from exc
@@ -262,9 +261,7 @@ class PrometheusObserver:
         if history_s > 0:
             with time_query("rate_history"):
                 history = parse_matrix(self.query_range(self.history_query, history_s))
-            parts = {
-                key: replace(p, rate_history=history.get(key, ())) for key, p in parts.items()
-            }
+            parts = {key: replace(p, rate_history=history.get(key, ())) for key, p in parts.items()}
         return parts
 
     def query_range(self, promql: str, history_s: float) -> list[dict[str, Any]]:
@@ -272,10 +269,15 @@ class PrometheusObserver:
 
         end = time.time()
         step = max(1, int(history_s / HISTORY_POINTS))
-        return self._get("/api/v1/query_range", {
-            "query": promql, "start": f"{end - history_s:.3f}", "end": f"{end:.3f}",
-            "step": f"{step}s",
-        })
+        return self._get(
+            "/api/v1/query_range",
+            {
+                "query": promql,
+                "start": f"{end - history_s:.3f}",
+                "end": f"{end:.3f}",
+                "step": f"{step}s",
+            },
+        )
 
 
 HISTORY_POINTS = 20  # points per model in the forecast's range query

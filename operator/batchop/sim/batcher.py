@@ -174,7 +174,11 @@ def advance(
 
 
 def _record(
-    rep: Replica, store: RequestStore, done: np.ndarray, starts: np.ndarray, durs: np.ndarray,
+    rep: Replica,
+    store: RequestStore,
+    done: np.ndarray,
+    starts: np.ndarray,
+    durs: np.ndarray,
     sizes: np.ndarray,
 ) -> None:
     """Write executed batches (start, duration, size; one row per batch) onto their

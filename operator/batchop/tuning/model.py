@@ -87,9 +87,7 @@ def mean_batch(rate_rps: float, delay_us: float, max_batch: int, latency: Latenc
     return max(1.0, b)
 
 
-def predict(
-    rate_rps: float, delay_us: float, max_batch: int, latency: LatencyCurve
-) -> Prediction:
+def predict(rate_rps: float, delay_us: float, max_batch: int, latency: LatencyCurve) -> Prediction:
     """Predict batch size, busy fraction and p99 for one replica."""
     if rate_rps < 0:
         raise ValueError(f"rate_rps must be >= 0, got {rate_rps}")
@@ -107,8 +105,9 @@ def predict(
     busy = min(1.0, lam * e / b)
     full_util = lam * latency(max_batch) / max_batch
     if full_util >= MAX_UTILISATION:
-        return Prediction(rate_rps, int(delay_us), float(max_batch), latency(max_batch), 1.0,
-                          math.inf, cap)
+        return Prediction(
+            rate_rps, int(delay_us), float(max_batch), latency(max_batch), 1.0, math.inf, cap
+        )
     # The batch a request lands in is size-biased: take a high percentile of it.
     b_hi = min(float(max_batch), b + BATCH_Z * math.sqrt(b))
     e_hi = latency(b_hi)
@@ -120,8 +119,12 @@ def predict(
     # Backlog once full batches are needed: Kingman for batches of max_batch requests
     # (arrival cv^2 = 1/max_batch, deterministic service), exponential tail (ln 100).
     backlog = (
-        BACKLOG_SAFETY * math.log(100.0) * full_util / (1.0 - full_util)
-        * latency(max_batch) / (2.0 * max_batch)
+        BACKLOG_SAFETY
+        * math.log(100.0)
+        * full_util
+        / (1.0 - full_util)
+        * latency(max_batch)
+        / (2.0 * max_batch)
     )
     p99 = P99_SAFETY * (wait + e_hi + backlog)
     return Prediction(rate_rps, int(delay_us), b, e, busy, p99, cap)

@@ -350,9 +350,13 @@ def _learn_burst(
                 if p99_ms > spec.slo_ms and not explained
                 else f"{refused_share:.1%} refused"
             )
-            return raised, t, (
-                f"{what} at a load sized for ({_fmt_rate(peak_now)} rps): burst factor "
-                f"{factor:.2f} → {raised:.2f}"
+            return (
+                raised,
+                t,
+                (
+                    f"{what} at a load sized for ({_fmt_rate(peak_now)} rps): burst factor "
+                    f"{factor:.2f} → {raised:.2f}"
+                ),
             )
     tested = remembered > 0 and peak_now >= TESTED_SHARE * remembered
     if tested and not breach and 0 < p99_ms < RELAX_BELOW * spec.slo_ms and factor > 1:
@@ -443,8 +447,9 @@ def _read(obs: Observation, spec: TuningSpec, state: TuningState) -> _Reading:
         and abs(rps - state.last_rps) <= STEADY_RATE_CHANGE * rps
         and abs(growth) <= STEADY_RATE_CHANGE * rps
     )
-    return _Reading(t, rps, p99_obs, ready, starting, growth, p99_current, last_fall_s,
-                    breaches, steady)
+    return _Reading(
+        t, rps, p99_obs, ready, starting, growth, p99_current, last_fall_s, breaches, steady
+    )
 
 
 def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
@@ -741,8 +746,7 @@ def _choose_replicas(
         if forced > rec:
             rec = forced
             why = (
-                f"p99 {_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms at "
-                f"{_fmt_rate(rps)} rps"
+                f"p99 {_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms at {_fmt_rate(rps)} rps"
             )
     # Just after a scale-up the windowed rate still holds the backlog the new replicas
     # drained: wait for it to settle unless the queue is still growing.
@@ -756,8 +760,10 @@ def _choose_replicas(
     # Fewer replicas only while the SLO holds: a model that sees room while the observed
     # p99 breaks the SLO is wrong here (seen on a starved machine: 3 → 2 → 3 replicas).
     if rec < cur_n and rps > 0 and now.p99_current and p99_ms > spec.slo_ms:
-        notes.append(f"{_replicas(rec)} would do by the model; no scale-down while p99 "
-                     f"{_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms")
+        notes.append(
+            f"{_replicas(rec)} would do by the model; no scale-down while p99 "
+            f"{_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms"
+        )
         rec = cur_n
     rec = min(max(rec, spec.min_replicas), spec.max_replicas)
     if not recs:  # no history: the running count is the recommendation to wait out
@@ -778,8 +784,7 @@ def _choose_replicas(
     replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
     if obs.schedulable_headroom is not None and replicas > cur_n:
         # minReplicas is the user's floor: it wins over what the cluster can schedule.
-        replicas = min(replicas, max(cur_n + max(0, obs.schedulable_headroom),
-                                     spec.min_replicas))
+        replicas = min(replicas, max(cur_n + max(0, obs.schedulable_headroom), spec.min_replicas))
     if replicas > cur_n:
         kind = "scale-up"
     elif replicas < cur_n:
@@ -790,9 +795,7 @@ def _choose_replicas(
             f"{_fmt_ms(model.target)} ms), the most recommended in the last "
             f"{spec.scale_down_window_s:.0f} s"
         )
-    if need_up >= spec.max_replicas and not model.fits(
-        plan_rps / spec.max_replicas, (lat_delay,)
-    ):
+    if need_up >= spec.max_replicas and not model.fits(plan_rps / spec.max_replicas, (lat_delay,)):
         notes.append(f"SLO margin not reachable within maxReplicas {spec.max_replicas}")
 
     return _ReplicaChoice(replicas, kind, why, recs, tuple(notes))
@@ -828,8 +831,9 @@ def _choose_delay(
     if ceiling is not None and t - ceiling[2] >= DELAY_CEILING_S:
         ceiling = None
     if not spec.tune_delay:
-        return _DelayChoice(obs.delay_us, "", "", state.delay_recommendations, raised_from,
-                            ceiling, ())
+        return _DelayChoice(
+            obs.delay_us, "", "", state.delay_recommendations, raised_from, ceiling, ()
+        )
     kind = ""
     why = ""
     cur_d = min(max(obs.delay_us, spec.min_delay_us), spec.max_delay_us)
@@ -844,20 +848,14 @@ def _choose_delay(
         raised_from = None  # judged (or moot): no longer on trial
     if failed_from is not None:
         ceiling = (cur_d, rate, t)
-    bar = (
-        ceiling[0]
-        if ceiling is not None and rate >= DELAY_CEILING_SHARE * ceiling[1]
-        else None
-    )
+    bar = ceiling[0] if ceiling is not None and rate >= DELAY_CEILING_SHARE * ceiling[1] else None
     new_d = model.best_delay(rate, cur_d, bar)
     if failed_from is not None:
         new_d = min(new_d, max(failed_from, spec.min_delay_us))
     # Cut at once, raise slowly: up only to the least delay recommended in the window
     # (which starts again after a failed raise).
     kept = () if failed_from is not None else state.delay_recommendations
-    recs = tuple((ts, d) for ts, d in kept if ts > t - DELAY_UP_WINDOW_S) + (
-        (t, new_d),
-    )
+    recs = tuple((ts, d) for ts, d in kept if ts > t - DELAY_UP_WINDOW_S) + ((t, new_d),)
     if new_d > cur_d:
         new_d = max(cur_d, min(d for _, d in recs))
     cur_p = model.at(rate, cur_d)

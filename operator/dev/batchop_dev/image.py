@@ -81,12 +81,14 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _run(cmd: Sequence[str], *, what: str, timeout: float = 1800,
-         stdin: int | None = subprocess.DEVNULL) -> str:
+def _run(
+    cmd: Sequence[str], *, what: str, timeout: float = 1800, stdin: int | None = subprocess.DEVNULL
+) -> str:
     """Run a step; on failure raise ImageError with the step's name and its output's tail."""
     try:
-        got = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout,
-                             stdin=stdin)
+        got = subprocess.run(
+            list(cmd), capture_output=True, text=True, timeout=timeout, stdin=stdin
+        )
     except FileNotFoundError as exc:
         raise ImageError(f"{what}: {cmd[0]} not found ({exc})") from None
     except subprocess.TimeoutExpired:
@@ -120,8 +122,9 @@ def ensure_tools(log: Log = _stderr) -> None:
     _run([*env_cmd, *command.split()], what="apt-get install", timeout=1800)
     still = missing_tools()
     if still:
-        raise ImageError(f"apt-get installed {' '.join(packages)} but {', '.join(still)} "
-                         "is still not on PATH")
+        raise ImageError(
+            f"apt-get installed {' '.join(packages)} but {', '.join(still)} is still not on PATH"
+        )
 
 
 def base_tag(dockerfile: Path = REPO / "Dockerfile") -> str:
@@ -148,8 +151,10 @@ def _files(paths: Iterable[Path]) -> Iterable[Path]:
     for path in paths:
         if path.is_dir():
             for sub in sorted(path.rglob("*")):
-                if sub.is_file() and "__pycache__" not in sub.parts and not any(
-                    part.endswith(".egg-info") for part in sub.parts
+                if (
+                    sub.is_file()
+                    and "__pycache__" not in sub.parts
+                    and not any(part.endswith(".egg-info") for part in sub.parts)
                 ):
                     yield sub
         elif path.is_file():
@@ -196,15 +201,38 @@ def ensure_base(log: Log = _stderr) -> str:
         log(f"image: building the Debian {SUITE} base with mmdebstrap ({', '.join(BASE_PACKAGES)})")
         started = time.monotonic()
         partial = tarball.with_name(tarball.stem + ".partial.tar")
-        _run(["mmdebstrap", "--quiet", *MMDEBSTRAP_OPTIONS,
-              f"--include={','.join(BASE_PACKAGES)}",
-              SUITE, str(partial), MIRROR], what="mmdebstrap", timeout=1800)
+        _run(
+            [
+                "mmdebstrap",
+                "--quiet",
+                *MMDEBSTRAP_OPTIONS,
+                f"--include={','.join(BASE_PACKAGES)}",
+                SUITE,
+                str(partial),
+                MIRROR,
+            ],
+            what="mmdebstrap",
+            timeout=1800,
+        )
         partial.rename(tarball)
-        log(f"image: base rootfs {tarball.stat().st_size / 1e6:.0f} MB in "
-            f"{time.monotonic() - started:.0f} s -> {tarball}")
+        log(
+            f"image: base rootfs {tarball.stat().st_size / 1e6:.0f} MB in "
+            f"{time.monotonic() - started:.0f} s -> {tarball}"
+        )
     log(f"image: podman import {tarball.name} as {tag}")
-    _run(["podman", "import", "--change", f"LABEL batchop.base-key={key}",
-          "--change", "CMD [\"python3\"]", str(tarball), tag], what="podman import")
+    _run(
+        [
+            "podman",
+            "import",
+            "--change",
+            f"LABEL batchop.base-key={key}",
+            "--change",
+            'CMD ["python3"]',
+            str(tarball),
+            tag,
+        ],
+        what="podman import",
+    )
     return tag
 
 
@@ -229,8 +257,9 @@ def ulimit_flags() -> list[str]:
     flags = []
     for name, limit in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
         hard = resource.getrlimit(limit)[1]
-        value = ULIMIT_CAPS[name] if hard == resource.RLIM_INFINITY else min(hard,
-                                                                             ULIMIT_CAPS[name])
+        value = (
+            ULIMIT_CAPS[name] if hard == resource.RLIM_INFINITY else min(hard, ULIMIT_CAPS[name])
+        )
         flags += ["--ulimit", f"{name}={value}:{value}"]
     return flags
 
@@ -253,13 +282,33 @@ def ensure_image(*, rebuild: bool = False, log: Log = _stderr) -> OperatorImage:
         log(f"image: podman build -> {tag}")
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="batchop-image-") as tmp:
-            _run(["podman", "build", "--pull=never", "--network", "host",
-                  "--isolation", "chroot", "--runtime", RUNTIME, *ulimit_flags(), "--layers",
-                  *_build_mounts(Path(tmp)),
-                  "--label", f"batchop.inputs={key}",
-                  "-t", tag, "-t", f"{IMAGE}:latest",
-                  "-f", str(REPO / "Dockerfile"), str(REPO)],
-                 what="podman build", timeout=1800)
+            _run(
+                [
+                    "podman",
+                    "build",
+                    "--pull=never",
+                    "--network",
+                    "host",
+                    "--isolation",
+                    "chroot",
+                    "--runtime",
+                    RUNTIME,
+                    *ulimit_flags(),
+                    "--layers",
+                    *_build_mounts(Path(tmp)),
+                    "--label",
+                    f"batchop.inputs={key}",
+                    "-t",
+                    tag,
+                    "-t",
+                    f"{IMAGE}:latest",
+                    "-f",
+                    str(REPO / "Dockerfile"),
+                    str(REPO),
+                ],
+                what="podman build",
+                timeout=1800,
+            )
         log(f"image: built in {time.monotonic() - started:.0f} s")
         info = _inspect(tag)
         built = True
@@ -267,26 +316,54 @@ def ensure_image(*, rebuild: bool = False, log: Log = _stderr) -> OperatorImage:
             raise ImageError(f"podman build reported success but {tag} is not in storage")
     else:
         _run(["podman", "tag", tag, f"{IMAGE}:latest"], what="podman tag")
-    return OperatorImage(tag=tag, image_id=str(info.get("Id", "")),
-                         size_bytes=int(info.get("Size", 0) or 0), built=built)
+    return OperatorImage(
+        tag=tag,
+        image_id=str(info.get("Id", "")),
+        size_bytes=int(info.get("Size", 0) or 0),
+        built=built,
+    )
 
 
-def run_in_image(image: OperatorImage, args: Sequence[str], *, user: str = "10001:10001",
-                 extra: Sequence[str] = (),
-                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_in_image(
+    image: OperatorImage,
+    args: Sequence[str],
+    *,
+    user: str = "10001:10001",
+    extra: Sequence[str] = (),
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
     """Run `args` in the image as a pod would: read-only root, non-root user, no network."""
-    cmd = ["podman", "run", "--rm", *run_flags(), "--read-only", "--user", user,
-           "--network", "none", *extra, "--entrypoint", args[0], image.tag, *args[1:]]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    cmd = [
+        "podman",
+        "run",
+        "--rm",
+        *run_flags(),
+        "--read-only",
+        "--user",
+        user,
+        "--network",
+        "none",
+        *extra,
+        "--entrypoint",
+        args[0],
+        image.tag,
+        *args[1:],
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m batchop_dev.image",
-                                     description="Build (or reuse) the operator image.")
+    parser = argparse.ArgumentParser(
+        prog="python -m batchop_dev.image", description="Build (or reuse) the operator image."
+    )
     parser.add_argument("--rebuild", action="store_true", help="build even when up to date")
-    parser.add_argument("--check", action="store_true",
-                        help="then run `batchop version` in it, read-only, as non-root")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="then run `batchop version` in it, read-only, as non-root",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
@@ -295,13 +372,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make image: {exc}", file=sys.stderr)
         return 1
     state = "built" if image.built else "up to date"
-    print(f"{image.tag} ({state}): {image.size_bytes / 1e6:.0f} MB uncompressed, "
-          f"{time.monotonic() - started:.1f} s")
+    print(
+        f"{image.tag} ({state}): {image.size_bytes / 1e6:.0f} MB uncompressed, "
+        f"{time.monotonic() - started:.1f} s"
+    )
     if args.check:
         got = run_in_image(image, ["batchop", "version"])
         if got.returncode != 0:
-            print(f"make image: `batchop version` in the image failed:\n{got.stderr}",
-                  file=sys.stderr)
+            print(
+                f"make image: `batchop version` in the image failed:\n{got.stderr}", file=sys.stderr
+            )
             return 1
         print(got.stdout.strip())
     return 0

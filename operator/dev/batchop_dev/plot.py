@@ -21,8 +21,10 @@ def unsupported_type(path: str | Path) -> str | None:
     kinds = sorted(FigureCanvasBase.get_supported_filetypes())
     suffix = Path(path).suffix.lstrip(".").lower()
     if suffix not in kinds:
-        return (f"--plot {path}: unsupported image type {suffix or '(none)'!r}; "
-                f"use one of {', '.join(kinds)}")
+        return (
+            f"--plot {path}: unsupported image type {suffix or '(none)'!r}; "
+            f"use one of {', '.join(kinds)}"
+        )
     return None
 
 
@@ -109,8 +111,14 @@ def plot_timeline(result: dict[str, Any], path: str | Path) -> None:
     lat.yaxis.set_major_locator(FixedLocator(ticks))
     lat.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_ms(v)))
     lat.yaxis.set_minor_locator(NullLocator())
-    lat.annotate(slo_label(slo), xy=(0.005, slo), xycoords=("axes fraction", "data"),
-                 xytext=(0, 3), textcoords="offset points", fontsize=9)
+    lat.annotate(
+        slo_label(slo),
+        xy=(0.005, slo),
+        xycoords=("axes fraction", "data"),
+        xytext=(0, 3),
+        textcoords="offset points",
+        fontsize=9,
+    )
     lat.set_ylabel("p99 (ms, log)")
     lat.grid(True, which="major", alpha=0.3)
     lat.legend(loc="lower right")

@@ -186,14 +186,20 @@ def run_logged(
 
     def ticker() -> None:
         while not done.wait(every_s):
-            progress(f"  {label}: {_elapsed(time.monotonic() - started)} elapsed, {lines} packages "
-                     f"compiled (log: {log})")
+            progress(
+                f"  {label}: {_elapsed(time.monotonic() - started)} elapsed, {lines} packages "
+                f"compiled (log: {log})"
+            )
 
     with open(log, "a") as out:
         out.write(f"$ (cd {cwd} && {' '.join(command)})\n")
         out.flush()
         process = subprocess.Popen(
-            command, cwd=cwd, env=go_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            command,
+            cwd=cwd,
+            env=go_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
         )
         thread = threading.Thread(target=ticker, daemon=True)
@@ -235,7 +241,10 @@ def _download_gomod(go: str, cwd: Path, log: Path, progress: Progress, version: 
     spec = f"{versions.KUBERNETES_MODULE}@{version}"
     progress(f"  fetching {spec} (module zip, ~20 MB on a cold cache)")
     result = subprocess.run(
-        [go, "mod", "download", "-json", spec], cwd=cwd, env=go_env(), capture_output=True,
+        [go, "mod", "download", "-json", spec],
+        cwd=cwd,
+        env=go_env(),
+        capture_output=True,
         text=True,
     )
     with open(log, "a") as out:
@@ -254,15 +263,23 @@ def build_target(go: str, target: GoTarget, root: Path, progress: Progress) -> P
     log = logs / f"{target.name}.log"
     log.write_text("")
     label = "go build " + " ".join(target.binaries.values())
-    progress(f"building {', '.join(target.binaries.values())} ({target.name}); "
-             f"log: {log}")
+    progress(f"building {', '.join(target.binaries.values())} ({target.name}); log: {log}")
     started = time.monotonic()
     check_staging(go, target, log, progress)
     partial = root / "bin" / f".{target.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    command = [go, "build", "-v", "-trimpath", "-ldflags", target.ldflags, "-o", f"{partial}/",
-               *target.packages]
+    command = [
+        go,
+        "build",
+        "-v",
+        "-trimpath",
+        "-ldflags",
+        target.ldflags,
+        "-o",
+        f"{partial}/",
+        *target.packages,
+    ]
     if shutil.which("nice"):
         command = ["nice", "-n", "10", *command]
     try:
@@ -314,8 +331,11 @@ def sync(progress: Progress) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m batchop_dev.local.build", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m batchop_dev.local.build",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("action", nargs="?", choices=["binaries", "sync"], default="binaries")
     args = parser.parse_args(argv)
 

@@ -58,8 +58,9 @@ def find_trace(name_or_path: str, repo_root: Path) -> Path:
         looked.append(str(candidate.parent))
         if candidate.is_file():
             return candidate
-    raise TraceError(f"--trace {name_or_path}: no such file, and no {name} in "
-                     f"{', '.join(looked[:3])}")
+    raise TraceError(
+        f"--trace {name_or_path}: no such file, and no {name} in {', '.join(looked[:3])}"
+    )
 
 
 def trace_slice(trace: Trace, start_s: float, seconds: float, rate_scale: float) -> Trace:
@@ -69,8 +70,10 @@ def trace_slice(trace: Trace, start_s: float, seconds: float, rate_scale: float)
     if seconds <= 0:
         raise TraceError(f"--trace-seconds: must be > 0, got {seconds:g}")
     if not trace.start <= start_s < trace.end:
-        raise TraceError(f"--trace-start: {start_s:g} is outside the trace "
-                         f"{trace.name} ({trace.start:g}..{trace.end:g} s)")
+        raise TraceError(
+            f"--trace-start: {start_s:g} is outside the trace "
+            f"{trace.name} ({trace.start:g}..{trace.end:g} s)"
+        )
     end = min(trace.end, start_s + seconds)
     points = [start_s] + [s for s in trace.seconds if start_s < s < end] + [end]
     return Trace(
@@ -176,16 +179,27 @@ def windows(
             within = p99 <= P99_FACTOR * slo_ms
             if not within and lag99 is not None and lag99 > tol:
                 within = None
-                note = (f"not judged: p99 {p99:.0f} ms over {P99_FACTOR:g}x SLO while the "
-                        f"generator lagged (send lag p99 {lag99:.0f} ms > {tol:g} ms)")
-        out.append(Window(
-            start_s=a, end_s=b, sent=int(sel.sum()), served=int(served.sum()),
-            rejected=int((sel & rej).sum()), failed_other=int((sel & ~ok & ~rej).sum()),
-            served_p99_ms=None if p99 is None else round(p99, 2),
-            lag_p99_ms=None if lag99 is None else round(lag99, 2),
-            replicas_min=min(reps) if reps else None, replicas_max=max(reps) if reps else None,
-            settled=settled, within=within, note=note,
-        ))
+                note = (
+                    f"not judged: p99 {p99:.0f} ms over {P99_FACTOR:g}x SLO while the "
+                    f"generator lagged (send lag p99 {lag99:.0f} ms > {tol:g} ms)"
+                )
+        out.append(
+            Window(
+                start_s=a,
+                end_s=b,
+                sent=int(sel.sum()),
+                served=int(served.sum()),
+                rejected=int((sel & rej).sum()),
+                failed_other=int((sel & ~ok & ~rej).sum()),
+                served_p99_ms=None if p99 is None else round(p99, 2),
+                lag_p99_ms=None if lag99 is None else round(lag99, 2),
+                replicas_min=min(reps) if reps else None,
+                replicas_max=max(reps) if reps else None,
+                settled=settled,
+                within=within,
+                note=note,
+            )
+        )
     return out
 
 
@@ -210,8 +224,14 @@ def scale_downs_in_gaps(
         for prev, cur in zip(timeline, timeline[1:], strict=False):
             t0, t1 = float(prev["t"]), float(cur["t"])
             if int(cur["replicas"]) < int(prev["replicas"]) and t0 < b and t1 > a:
-                bad.append({"gap": [a, b], "t": t1, "from": int(prev["replicas"]),
-                            "to": int(cur["replicas"])})
+                bad.append(
+                    {
+                        "gap": [a, b],
+                        "t": t1,
+                        "from": int(prev["replicas"]),
+                        "to": int(cur["replicas"]),
+                    }
+                )
     return bad, held_gaps
 
 
@@ -229,17 +249,24 @@ def judge(
 
     Each verdict is True (holds), False (broken) or None (nothing on this run could judge it).
     """
-    wins = windows(records, timeline, trace.end, slo_ms, sample_s=sample_s,
-                   lag_tolerance_ms=lag_tolerance_ms)
+    wins = windows(
+        records, timeline, trace.end, slo_ms, sample_s=sample_s, lag_tolerance_ms=lag_tolerance_ms
+    )
     judged = [w for w in wins if w.within is not None]
     lagged = [w for w in wins if w.note.startswith("not judged")]
     ok = np.asarray(records["ok"], dtype=bool)
     rej = np.asarray(records.get("rejected") or [False] * len(ok), dtype=bool) & ~ok
-    totals = {"sent": int(len(ok)), "served": int(ok.sum()), "rejected": int(rej.sum()),
-              "failed_other": int((~ok & ~rej).sum())}
-    balanced = (totals["served"] + totals["rejected"] + totals["failed_other"] == totals["sent"]
-                and sum(w.sent for w in wins) == totals["sent"]
-                and sum(w.rejected for w in wins) == totals["rejected"])
+    totals = {
+        "sent": int(len(ok)),
+        "served": int(ok.sum()),
+        "rejected": int(rej.sum()),
+        "failed_other": int((~ok & ~rej).sum()),
+    }
+    balanced = (
+        totals["served"] + totals["rejected"] + totals["failed_other"] == totals["sent"]
+        and sum(w.sent for w in wins) == totals["sent"]
+        and sum(w.rejected for w in wins) == totals["rejected"]
+    )
     gaps = burst_gaps(trace)
     bad, held_gaps = scale_downs_in_gaps(timeline, gaps, stabilization_s)
     return {
@@ -283,12 +310,18 @@ def verdict_lines(bursty: Mapping[str, Any]) -> list[str]:
         f"{limit:g} ms ({bursty['p99_factor']:g}x SLO {slo:g} ms) in "
         f"{sum(1 for w in judged if w['within'])}/{len(judged)} settled window(s)"
         + (f", worst {worst:.1f} ms" if worst is not None else "")
-        + (f"; {bursty['windows_lagged']} not judged (generator lagged)"
-           if bursty["windows_lagged"] else ""),
+        + (
+            f"; {bursty['windows_lagged']} not judged (generator lagged)"
+            if bursty["windows_lagged"]
+            else ""
+        ),
         f"rejected counted: {word(v['rejected_counted'])} - sent {t['sent']} = served "
         f"{t['served']} + rejected {t['rejected']} + other failures {t['failed_other']}"
-        + (f" (Triton's REJECTED count, from Prometheus: ~{bursty['triton_rejected']:.0f})"
-           if bursty.get("triton_rejected") is not None else ""),
+        + (
+            f" (Triton's REJECTED count, from Prometheus: ~{bursty['triton_rejected']:.0f})"
+            if bursty.get("triton_rejected") is not None
+            else ""
+        ),
         f"replicas held between bursts: {word(v['replicas_held_between_bursts'])} - "
         f"{len(bursty['scale_downs_in_short_gaps'])} scale-down(s) in "
         f"{bursty['short_gaps']} gap(s) shorter than the {bursty['stabilization_s']:g} s "
@@ -300,16 +333,24 @@ def verdict_lines(bursty: Mapping[str, Any]) -> list[str]:
 
 def window_table(bursty: Mapping[str, Any]) -> list[str]:
     """One line a window: t, sent/served/rejected, served p99 vs SLO, replicas, verdict."""
-    lines = [f"{'window(s)':>11} {'sent':>6} {'served':>6} {'rejected':>8} {'other':>5} "
-             f"{'p99(ms)':>8} {'lag99':>6} {'replicas':>8}  verdict"]
+    lines = [
+        f"{'window(s)':>11} {'sent':>6} {'served':>6} {'rejected':>8} {'other':>5} "
+        f"{'p99(ms)':>8} {'lag99':>6} {'replicas':>8}  verdict"
+    ]
     for w in bursty["windows"]:
         p99 = "-" if w["served_p99_ms"] is None else f"{w['served_p99_ms']:.1f}"
         lag = "-" if w["lag_p99_ms"] is None else f"{w['lag_p99_ms']:.0f}"
-        reps = ("-" if w["replicas_min"] is None else
-                f"{w['replicas_min']}" if w["replicas_min"] == w["replicas_max"]
-                else f"{w['replicas_min']}-{w['replicas_max']}")
+        reps = (
+            "-"
+            if w["replicas_min"] is None
+            else f"{w['replicas_min']}"
+            if w["replicas_min"] == w["replicas_max"]
+            else f"{w['replicas_min']}-{w['replicas_max']}"
+        )
         verdict = {True: "ok", False: "OVER 2x SLO", None: w["note"] or "-"}[w["within"]]
-        lines.append(f"{w['start_s']:5.0f}-{w['end_s']:<5.0f} {w['sent']:6d} {w['served']:6d} "
-                     f"{w['rejected']:8d} {w['failed_other']:5d} {p99:>8} {lag:>6} "
-                     f"{reps:>8}  {verdict}")
+        lines.append(
+            f"{w['start_s']:5.0f}-{w['end_s']:<5.0f} {w['sent']:6d} {w['served']:6d} "
+            f"{w['rejected']:8d} {w['failed_other']:5d} {p99:>8} {lag:>6} "
+            f"{reps:>8}  {verdict}"
+        )
     return lines

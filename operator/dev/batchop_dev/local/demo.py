@@ -52,7 +52,9 @@ STEPS = ((0.0, 40.0), (0.2, 320.0), (0.6, 120.0), (0.8, 40.0))
 DEMO_SPEC = {
     "model": {"maxBatchSize": 2},
     "autotune": {
-        "intervalSeconds": 10, "scaleDownStabilizationSeconds": 30, "burstMemorySeconds": 0
+        "intervalSeconds": 10,
+        "scaleDownStabilizationSeconds": 30,
+        "burstMemorySeconds": 0,
     },
 }
 SETTLE_INTERVALS = 3
@@ -108,19 +110,26 @@ def demo_trace(duration_s: float) -> Any:
 
 
 def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else (
-        format(value, spec))
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else (format(value, spec))
+    )
 
 
-TABLE_HEADER = (f"{'t(s)':>6} {'load':>6} {'RPS':>7} {'p99(ms)':>8} {'SLO':>5} "
-                f"{'delay(us)':>9} {'replicas':>8} {'ready':>5} {'batch':>6}")
+TABLE_HEADER = (
+    f"{'t(s)':>6} {'load':>6} {'RPS':>7} {'p99(ms)':>8} {'SLO':>5} "
+    f"{'delay(us)':>9} {'replicas':>8} {'ready':>5} {'batch':>6}"
+)
 
 
 def table_row(s: Sample) -> str:
     """One live-table line. Pure."""
-    return (f"{s.t:6.0f} {s.offered_rps:6.0f} {_fmt(s.rps, '7.1f')} {_fmt(s.p99_ms, '8.1f')} "
-            f"{s.slo_ms:5.0f} {_fmt(s.delay_us, '9d')} {s.replicas:8d} {s.ready:5d} "
-            f"{_fmt(s.avg_batch, '6.2f')}")
+    return (
+        f"{s.t:6.0f} {s.offered_rps:6.0f} {_fmt(s.rps, '7.1f')} {_fmt(s.p99_ms, '8.1f')} "
+        f"{s.slo_ms:5.0f} {_fmt(s.delay_us, '9d')} {s.replicas:8d} {s.ready:5d} "
+        f"{_fmt(s.avg_batch, '6.2f')}"
+    )
 
 
 def new_decisions(status: dict[str, Any], seen: set[str]) -> list[dict[str, Any]]:
@@ -152,30 +161,52 @@ def write_plot(result: DemoResult, path: Path) -> None:
     per_second = result.load.get("timeline") or []
     if "bursty" in result.summary and per_second:  # bursts are seconds long: per second
         xs = [x["t"] for x in per_second]
-        axes[0].plot(xs, [x["sent"] for x in per_second], label="sent", drawstyle="steps-post",
-                     linewidth=0.8)
-        axes[0].plot(xs, [x.get("rejected", 0) for x in per_second], label="rejected",
-                     drawstyle="steps-post", linewidth=0.8, color="tab:red")
+        axes[0].plot(
+            xs, [x["sent"] for x in per_second], label="sent", drawstyle="steps-post", linewidth=0.8
+        )
+        axes[0].plot(
+            xs,
+            [x.get("rejected", 0) for x in per_second],
+            label="rejected",
+            drawstyle="steps-post",
+            linewidth=0.8,
+            color="tab:red",
+        )
     else:
         axes[0].plot(t, [s.offered_rps for s in tl], label="offered", drawstyle="steps-post")
     axes[0].plot(t, series([s.rps for s in tl]), label="served (Prometheus)")
     axes[0].set_ylabel("req/s")
     axes[0].legend(loc="upper right")
-    axes[1].plot(t, series([s.p99_ms for s in tl]),
-                 label="Triton p99, worst pod (a summary over ~1 min)")
+    axes[1].plot(
+        t, series([s.p99_ms for s in tl]), label="Triton p99, worst pod (a summary over ~1 min)"
+    )
     if per_second:  # what clients saw, second by second: no summary lag
-        axes[1].plot([x["t"] + 0.5 for x in per_second],
-                     series([x.get("p99_ms") for x in per_second]),
-                     label="clients' p99, per second", alpha=0.7, linewidth=0.8)
+        axes[1].plot(
+            [x["t"] + 0.5 for x in per_second],
+            series([x.get("p99_ms") for x in per_second]),
+            label="clients' p99, per second",
+            alpha=0.7,
+            linewidth=0.8,
+        )
     axes[1].plot(t, [s.slo_ms for s in tl], "--", label="SLO")
     bursty = result.summary.get("bursty")
     if bursty:
         for w in bursty["windows"]:
             if w["within"] is not None:
-                axes[1].hlines(w["served_p99_ms"], w["start_s"], w["end_s"],
-                               colors="tab:green" if w["within"] else "tab:red", linewidth=2)
-        axes[1].plot(t, [bursty["p99_factor"] * s.slo_ms for s in tl], ":", color="tab:red",
-                     label=f"{bursty['p99_factor']:g}x SLO (settled 30 s windows: bars)")
+                axes[1].hlines(
+                    w["served_p99_ms"],
+                    w["start_s"],
+                    w["end_s"],
+                    colors="tab:green" if w["within"] else "tab:red",
+                    linewidth=2,
+                )
+        axes[1].plot(
+            t,
+            [bursty["p99_factor"] * s.slo_ms for s in tl],
+            ":",
+            color="tab:red",
+            label=f"{bursty['p99_factor']:g}x SLO (settled 30 s windows: bars)",
+        )
     axes[1].set_ylabel("ms")
     axes[1].legend(loc="upper right")
     axes[2].plot(t, series([s.delay_us for s in tl]), drawstyle="steps-post")
@@ -193,8 +224,9 @@ def write_plot(result: DemoResult, path: Path) -> None:
             for ax in axes:
                 ax.axvline(d["t"], color="grey", alpha=0.3)
     replay = f", trace {result.summary['trace']}" if "trace" in result.summary else ""
-    fig.suptitle(f"batchop demo: cpu-demo on the local stack{replay} (real Triton, "
-                 "real Prometheus)")
+    fig.suptitle(
+        f"batchop demo: cpu-demo on the local stack{replay} (real Triton, real Prometheus)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -271,13 +303,16 @@ def run_demo(
     workdir = Path(tempfile.mkdtemp(prefix="batchop-demo-"))
     own = cluster is None
     if own:
-        cluster = LocalCluster(cluster_name, nodes=2, gpus_per_node=4, progress=out,
-                               readiness="probes")
+        cluster = LocalCluster(
+            cluster_name, nodes=2, gpus_per_node=4, progress=out, readiness="probes"
+        )
     bm: Any = None
     try:
         if own:
-            out("== batchop demo: bringing up the local stack (the first run builds Kubernetes "
-                "from Go modules: minutes) ==")
+            out(
+                "== batchop demo: bringing up the local stack (the first run builds Kubernetes "
+                "from Go modules: minutes) =="
+            )
             cluster.up(replace=True)
             stack = LocalStack(cluster.kubeconfig, workdir=workdir, say=out).start()
         manifest, bm = _prepare_model(stack, TRACE_SPEC if trace is not None else DEMO_SPEC)
@@ -287,17 +322,22 @@ def run_demo(
             cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
             out(f"applied BatchedModel {bm.namespace}/{bm.name} (operator reconciles it)")
         except StackError as exc:
-            note = (f"the operator did not start ({exc}); applying the rendered Deployment "
-                    "directly: fixed delay and replicas, no tuning")
+            note = (
+                f"the operator did not start ({exc}); applying the rendered Deployment "
+                "directly: fixed delay and replicas, no tuning"
+            )
             result.notes.append(note)
             out(f"NOTE: {note}")
             _apply_rendered(cluster, bm)
         t_applied = time.monotonic()
         ready = _wait_ready(cluster, bm, timeout_s=240)
-        out(f"{ready} pod(s) Ready with a real tritonserver each "
-            f"{time.monotonic() - t_applied:.1f}s after the apply; starting the load")
-        result.notes.extend(_run_load(cluster, stack, bm, duration_s, sample_s, result, out,
-                                      trace=trace))
+        out(
+            f"{ready} pod(s) Ready with a real tritonserver each "
+            f"{time.monotonic() - t_applied:.1f}s after the apply; starting the load"
+        )
+        result.notes.extend(
+            _run_load(cluster, stack, bm, duration_s, sample_s, result, out, trace=trace)
+        )
     except KeyboardInterrupt:
         result.notes.append("interrupted")
         out("interrupted: tearing down")
@@ -310,8 +350,16 @@ def run_demo(
             stack.stop_operator()
             if bm is not None:
                 for kind in ("batchedmodel", "deployment"):
-                    cluster.kubectl("delete", kind, "-n", bm.namespace or "default", bm.name,
-                                    "--ignore-not-found", "--wait=false", check=False)
+                    cluster.kubectl(
+                        "delete",
+                        kind,
+                        "-n",
+                        bm.namespace or "default",
+                        bm.name,
+                        "--ignore-not-found",
+                        "--wait=false",
+                        check=False,
+                    )
         if own and not keep_cluster:
             try:
                 cluster.down()
@@ -335,7 +383,9 @@ def _prepare_model(stack: Any, overrides: dict[str, dict[str, Any]]) -> tuple[di
     bm = parse_batched_model(manifest)
     spec = bm.spec
     write_model_repository(
-        stack.repository_dir, spec.model.name, load_profile(PROFILE_FILE),
+        stack.repository_dir,
+        spec.model.name,
+        load_profile(PROFILE_FILE),
         max_queue_delay_us=spec.batching.max_queue_delay_microseconds,
         max_batch_size=spec.model.max_batch_size,
     )
@@ -348,20 +398,27 @@ def _apply_rendered(cluster: Any, bm: Any) -> None:
     children = render_children(bm, RenderOptions(pod_monitor=False))
     for child in children:
         child.setdefault("metadata", {}).setdefault("namespace", bm.namespace or "default")
-    cluster.kubectl("apply", "-f", "-",
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": children}))
+    cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": children}),
+    )
 
 
 def _pods(cluster: Any, bm: Any) -> list[dict[str, Any]]:
     from batchop.api.constants import LABEL_MODEL
 
-    return cluster.kubectl_json("get", "pods", "-n", bm.namespace or "default", "-l",
-                                f"{LABEL_MODEL}={bm.name}")["items"]
+    return cluster.kubectl_json(
+        "get", "pods", "-n", bm.namespace or "default", "-l", f"{LABEL_MODEL}={bm.name}"
+    )["items"]
 
 
 def _is_ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in pod.get("status", {}).get("conditions") or [])
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in pod.get("status", {}).get("conditions") or []
+    )
 
 
 def _wait_ready(cluster: Any, bm: Any, timeout_s: float) -> int:
@@ -375,38 +432,53 @@ def _wait_ready(cluster: Any, bm: Any, timeout_s: float) -> int:
 
 
 def _status(cluster: Any, bm: Any) -> dict[str, Any]:
-    got = cluster.kubectl("get", "batchedmodel", "-n", bm.namespace or "default", bm.name,
-                          "-o", "json", check=False)
+    got = cluster.kubectl(
+        "get", "batchedmodel", "-n", bm.namespace or "default", bm.name, "-o", "json", check=False
+    )
     if got.returncode != 0:
         return {}
     return dict(json.loads(got.stdout).get("status") or {})
 
 
-def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: float,
-              result: DemoResult, out: Callable[[str], None], trace: Any = None) -> list[str]:
+def _run_load(
+    cluster: Any,
+    stack: Any,
+    bm: Any,
+    duration_s: float,
+    sample_s: float,
+    result: DemoResult,
+    out: Callable[[str], None],
+    trace: Any = None,
+) -> list[str]:
     from batchop.observe.prometheus import PrometheusUnavailable
     from batchop_dev.local.load import BatchedModelPods, capacity_warning
 
     bursty = trace is not None
     if trace is None:
         trace = demo_trace(duration_s)
-    load = _LoadThread(trace, BatchedModelPods(bm.namespace or "default", bm.name,
-                                               kubeconfig=str(cluster.kubeconfig)))
+    load = _LoadThread(
+        trace,
+        BatchedModelPods(bm.namespace or "default", bm.name, kubeconfig=str(cluster.kubeconfig)),
+    )
     observer = stack.observer(window="15s")
     slo = float(bm.spec.slo.p99_latency_milliseconds)
     key = (bm.namespace or "default", bm.name)
     seen: set[str] = set()
     if bursty:
         peak = max(trace.rps[:-1])
-        out(f"load (open loop, Poisson): trace {trace.name}, {trace.end:g} s, mean "
-            f"{trace.mean_rate(0, trace.end):.0f} req/s, peak {peak:g} req/s")
+        out(
+            f"load (open loop, Poisson): trace {trace.name}, {trace.end:g} s, mean "
+            f"{trace.mean_rate(0, trace.end):.0f} req/s, peak {peak:g} req/s"
+        )
         warning = capacity_warning(trace)
         if warning:
             out(f"NOTE: {warning} (the send lag is measured; see the windows' lag99)")
     else:
         steps = zip(trace.seconds[:-1], trace.rps[:-1], strict=True)
-        out("load (open loop, Poisson): "
-            + ", ".join(f"{r:g} req/s from t={s:g}s" for s, r in steps))
+        out(
+            "load (open loop, Poisson): "
+            + ", ".join(f"{r:g} req/s from t={s:g}s" for s, r in steps)
+        )
     out(TABLE_HEADER)
     t0 = time.monotonic()
     load.start()
@@ -420,8 +492,9 @@ def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: fl
                 parts = None
             status = _status(cluster, bm)
             pods = _pods(cluster, bm)
-            delay = status.get("maxQueueDelayMicroseconds",
-                               bm.spec.batching.max_queue_delay_microseconds)
+            delay = status.get(
+                "maxQueueDelayMicroseconds", bm.spec.batching.max_queue_delay_microseconds
+            )
             sample = Sample(
                 t=round(t, 1),
                 rps=None if parts is None else parts.rps,
@@ -445,16 +518,18 @@ def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: fl
     if load.error is not None:
         raise RuntimeError(f"the load generator failed: {load.error}") from load.error
     if bursty:
-        result.summary = _summarize_bursty(result, trace, bm, load.report.get("records"),
-                                           sample_s)
+        result.summary = _summarize_bursty(result, trace, bm, load.report.get("records"), sample_s)
         result.summary["bursty"]["triton_rejected"] = _triton_rejected(
-            stack.prometheus.url, bm, trace.end)
+            stack.prometheus.url, bm, trace.end
+        )
         from batchop_dev.local.bursts import verdict_lines, window_table
 
         for line in window_table(result.summary["bursty"]):
             out(line)
-        out(f"operator decisions: {result.summary['changes']['delay']} delay change(s), "
-            f"{result.summary['changes']['replicas']} replica change(s)")
+        out(
+            f"operator decisions: {result.summary['changes']['delay']} delay change(s), "
+            f"{result.summary['changes']['replicas']} replica change(s)"
+        )
         for line in verdict_lines(result.summary["bursty"]):
             out(line)
     else:
@@ -473,8 +548,9 @@ def _run_load(cluster: Any, stack: Any, bm: Any, duration_s: float, sample_s: fl
     return notes
 
 
-def _summarize(result: DemoResult, trace: Any, bm: Any,
-               records: dict[str, Any] | None) -> dict[str, Any]:
+def _summarize(
+    result: DemoResult, trace: Any, bm: Any, records: dict[str, Any] | None
+) -> dict[str, Any]:
     """Knob changes and per-step p99 verdicts (the clients' p99 when there are records); a
     step settles after SETTLE_INTERVALS tuning intervals: a tick to see it, one to act, one
     for new pods to load the model."""
@@ -482,15 +558,20 @@ def _summarize(result: DemoResult, trace: Any, bm: Any,
 
     interval = float(bm.spec.autotune.interval_seconds)
     return summary(
-        [asdict(s) for s in result.timeline], result.decisions, trace.segments(),
-        slo_ms=float(bm.spec.slo.p99_latency_milliseconds), settle_s=SETTLE_INTERVALS * interval,
+        [asdict(s) for s in result.timeline],
+        result.decisions,
+        trace.segments(),
+        slo_ms=float(bm.spec.slo.p99_latency_milliseconds),
+        settle_s=SETTLE_INTERVALS * interval,
         start_delay_us=int(bm.spec.batching.max_queue_delay_microseconds),
-        start_replicas=int(bm.spec.scaling.replicas), records=records,
+        start_replicas=int(bm.spec.scaling.replicas),
+        records=records,
     )
 
 
-def _summarize_bursty(result: DemoResult, trace: Any, bm: Any,
-                      records: dict[str, Any] | None, sample_s: float) -> dict[str, Any]:
+def _summarize_bursty(
+    result: DemoResult, trace: Any, bm: Any, records: dict[str, Any] | None, sample_s: float
+) -> dict[str, Any]:
     """Knob changes and the bursty-trace judgement (batchop_dev.local.bursts)."""
     from batchop_dev.local.bursts import judge
     from batchop_dev.local.steps import knob_changes
@@ -498,12 +579,16 @@ def _summarize_bursty(result: DemoResult, trace: Any, bm: Any,
     if not records:
         raise RuntimeError("the load generator kept no per-request records to judge")
     return {
-        "changes": knob_changes(result.decisions,
-                                int(bm.spec.batching.max_queue_delay_microseconds),
-                                int(bm.spec.scaling.replicas)),
+        "changes": knob_changes(
+            result.decisions,
+            int(bm.spec.batching.max_queue_delay_microseconds),
+            int(bm.spec.scaling.replicas),
+        ),
         "trace": trace.name,
         "bursty": judge(
-            records, [asdict(s) for s in result.timeline], trace,
+            records,
+            [asdict(s) for s in result.timeline],
+            trace,
             slo_ms=float(bm.spec.slo.p99_latency_milliseconds),
             stabilization_s=float(bm.spec.autotune.scale_down_stabilization_seconds),
             sample_s=sample_s,
@@ -523,13 +608,15 @@ def _triton_rejected(prometheus_url: str, bm: Any, seconds: float) -> float | No
     from batchop.api.constants import PROM_LABEL_MODEL
 
     time.sleep(6.0)
-    series = (f'nv_inference_request_failure{{reason="REJECTED",{PROM_LABEL_MODEL}='
-              f'"{bm.name}",namespace="{bm.namespace or "default"}"}}')
+    series = (
+        f'nv_inference_request_failure{{reason="REJECTED",{PROM_LABEL_MODEL}='
+        f'"{bm.name}",namespace="{bm.namespace or "default"}"}}'
+    )
     query = urllib.parse.urlencode(
-        {"query": f"sum(increase({series}[{math.ceil(seconds) + 10}s]))"})
+        {"query": f"sum(increase({series}[{math.ceil(seconds) + 10}s]))"}
+    )
     try:
-        with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{query}",
-                                    timeout=10) as resp:
+        with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{query}", timeout=10) as resp:
             got = json.load(resp)["data"]["result"]
     except (OSError, ValueError, KeyError):
         return None
@@ -542,24 +629,32 @@ def _triton_rejected(prometheus_url: str, bm: Any, seconds: float) -> float | No
 def summary_lines(summary: dict[str, Any]) -> list[str]:
     """The summary as the demo prints it. Pure."""
     changes = summary.get("changes") or {}
-    lines = [f"operator decisions: {changes.get('delay', 0)} delay change(s), "
-             f"{changes.get('replicas', 0)} replica change(s)"]
+    lines = [
+        f"operator decisions: {changes.get('delay', 0)} delay change(s), "
+        f"{changes.get('replicas', 0)} replica change(s)"
+    ]
     for step in summary.get("steps") or []:
         if step["within_slo"] is None:
             verdict = f"not judged (shorter than the {summary['settle_s']:g}s settling time)"
         elif summary.get("p99_judged") == "client":
-            verdict = (f"clients' p99 {step['client_p99_ms']:.1f} ms "
-                       f"{'<=' if step['within_slo'] else '>'} SLO {step['slo_ms']:g} ms "
-                       f"over {step['client_requests']} settled request(s) (Triton's worst pod "
-                       f"p99 {_fmt(step['p99_max_ms'], '.1f')} ms), "
-                       f"{step['last_replicas']} replica(s) at the end")
+            verdict = (
+                f"clients' p99 {step['client_p99_ms']:.1f} ms "
+                f"{'<=' if step['within_slo'] else '>'} SLO {step['slo_ms']:g} ms "
+                f"over {step['client_requests']} settled request(s) (Triton's worst pod "
+                f"p99 {_fmt(step['p99_max_ms'], '.1f')} ms), "
+                f"{step['last_replicas']} replica(s) at the end"
+            )
         else:
-            verdict = (f"p99 max {step['p99_max_ms']:.1f} ms "
-                       f"{'<=' if step['within_slo'] else '>'} SLO {step['slo_ms']:g} ms "
-                       f"over {step['samples']} settled sample(s), "
-                       f"{step['last_replicas']} replica(s) at the end")
-        lines.append(f"  step {step['start_s']:g}-{step['end_s']:g}s at "
-                     f"{step['offered_rps']:g} req/s: {verdict}")
+            verdict = (
+                f"p99 max {step['p99_max_ms']:.1f} ms "
+                f"{'<=' if step['within_slo'] else '>'} SLO {step['slo_ms']:g} ms "
+                f"over {step['samples']} settled sample(s), "
+                f"{step['last_replicas']} replica(s) at the end"
+            )
+        lines.append(
+            f"  step {step['start_s']:g}-{step['end_s']:g}s at "
+            f"{step['offered_rps']:g} req/s: {verdict}"
+        )
     return lines
 
 
@@ -568,10 +663,13 @@ def _write_report(result: DemoResult, report_dir: Path, out: Callable[[str], Non
     if result.timeline:
         write_plot(result, report_dir / "report.png")
     served = [s.rps for s in result.timeline if s.rps]
-    out(f"report: {report_dir / 'report.json'}"
+    out(
+        f"report: {report_dir / 'report.json'}"
         + (f", {report_dir / 'report.png'}" if result.timeline else "")
         + f" ({len(result.timeline)} samples, {len(result.decisions)} decisions"
-        + (f", peak {max(served):.0f} req/s served" if served else "") + ")")
+        + (f", peak {max(served):.0f} req/s served" if served else "")
+        + ")"
+    )
 
 
 def main_exit_code(result: DemoResult) -> int:

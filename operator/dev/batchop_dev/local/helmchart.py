@@ -37,8 +37,13 @@ def helm_binary() -> Path:
     return Path(sys.prefix) / "bin" / "helm"
 
 
-def local_values(image: OperatorImage, prometheus_url: str, *, scrape_interval_s: float = 5.0,
-                 extra: dict[str, str] | None = None) -> dict[str, str]:
+def local_values(
+    image: OperatorImage,
+    prometheus_url: str,
+    *,
+    scrape_interval_s: float = 5.0,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
     """`--set` values for the local stack: this image, never pulled; the stack's Prometheus
     (rate window ~4 scrapes); no PodMonitors (the local cluster has no Prometheus Operator:
     the stack's Prometheus discovers Triton pods itself)."""
@@ -59,11 +64,17 @@ def local_values(image: OperatorImage, prometheus_url: str, *, scrape_interval_s
 
 def helm(kubeconfig: Path, *args: str, timeout_s: float = 600) -> str:
     """Run helm against the cluster; raise HelmError with its output when it fails."""
-    got = subprocess.run([str(helm_binary()), "--kubeconfig", str(kubeconfig), *args],
-                         capture_output=True, text=True, timeout=timeout_s)
+    got = subprocess.run(
+        [str(helm_binary()), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     if got.returncode != 0:
-        raise HelmError(f"helm {' '.join(args[:2])} failed (exit {got.returncode}): "
-                        f"{(got.stdout + got.stderr).strip()[-3000:]}")
+        raise HelmError(
+            f"helm {' '.join(args[:2])} failed (exit {got.returncode}): "
+            f"{(got.stdout + got.stderr).strip()[-3000:]}"
+        )
     return got.stdout
 
 
@@ -74,30 +85,66 @@ def set_flags(values: dict[str, str]) -> list[str]:
     return out
 
 
-def install(kubeconfig: Path, values: dict[str, str], *, release: str = RELEASE,
-            namespace: str = NAMESPACE, upgrade: bool = False, wait_s: int = 300) -> str:
+def install(
+    kubeconfig: Path,
+    values: dict[str, str],
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    upgrade: bool = False,
+    wait_s: int = 300,
+) -> str:
     """`helm install` (or `upgrade`) the chart and wait until the operator's pod is Ready."""
     verb = ["upgrade", release, str(CHART)] if upgrade else ["install", release, str(CHART)]
-    return helm(kubeconfig, *verb, "-n", namespace, "--create-namespace", *set_flags(values),
-                "--wait", f"--timeout={wait_s}s", timeout_s=wait_s + 60)
+    return helm(
+        kubeconfig,
+        *verb,
+        "-n",
+        namespace,
+        "--create-namespace",
+        *set_flags(values),
+        "--wait",
+        f"--timeout={wait_s}s",
+        timeout_s=wait_s + 60,
+    )
 
 
-def service_monitor(kubeconfig: Path, values: dict[str, str], *, release: str = RELEASE,
-                    namespace: str = NAMESPACE) -> dict[str, Any]:
+def service_monitor(
+    kubeconfig: Path, values: dict[str, str], *, release: str = RELEASE, namespace: str = NAMESPACE
+) -> dict[str, Any]:
     """The chart's ServiceMonitor for these values, rendered by `helm template` (the local
     cluster has no Prometheus Operator, so it is not installed; the stack's Prometheus is
     configured from it instead)."""
-    text = helm(kubeconfig, "template", release, str(CHART), "-n", namespace,
-                *set_flags({**values, "metrics.serviceMonitor.enabled": "true",
-                            "metrics.serviceMonitor.interval": "5s",
-                            "metrics.serviceMonitor.scrapeTimeout": "4s"}),
-                "--show-only", "templates/servicemonitor.yaml")
+    text = helm(
+        kubeconfig,
+        "template",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        *set_flags(
+            {
+                **values,
+                "metrics.serviceMonitor.enabled": "true",
+                "metrics.serviceMonitor.interval": "5s",
+                "metrics.serviceMonitor.scrapeTimeout": "4s",
+            }
+        ),
+        "--show-only",
+        "templates/servicemonitor.yaml",
+    )
     (monitor,) = [d for d in yaml.safe_load_all(text) if d]
     return dict(monitor)
 
 
-def scrape_operator(prometheus: Any, kubeconfig: Path, values: dict[str, str], *,
-                    release: str = RELEASE, namespace: str = NAMESPACE) -> list[str]:
+def scrape_operator(
+    prometheus: Any,
+    kubeconfig: Path,
+    values: dict[str, str],
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> list[str]:
     """Point the stack's Prometheus at the installed operator through the chart's own
     ServiceMonitor (and the installed Service it selects). Returns the job names."""
     monitor = service_monitor(kubeconfig, values, release=release, namespace=namespace)
@@ -112,8 +159,9 @@ def uninstall(kubeconfig: Path, *, release: str = RELEASE, namespace: str = NAME
     return helm(kubeconfig, "uninstall", release, "-n", namespace, "--wait")
 
 
-def serve(kubeconfig: Path, workdir: Path, done: threading.Event,
-          say: Callable[[str], None]) -> None:
+def serve(
+    kubeconfig: Path, workdir: Path, done: threading.Event, say: Callable[[str], None]
+) -> None:
     """`batchop local up --operator helm`: the stack (Prometheus, the Triton pod runner, the
     image pod runner) on the cluster, the chart installed with the local image, until `done`
     is set; then the chart is uninstalled and the stack stopped (the cluster stays).
@@ -132,25 +180,35 @@ def serve(kubeconfig: Path, workdir: Path, done: threading.Event,
     examples = REPO / "examples"
     demo = yaml.safe_load((examples / "cpu-demo.yaml").read_text())
     workdir.mkdir(parents=True, exist_ok=True)
-    stack = LocalStack(kubeconfig, workdir=workdir, say=say, repository_map={
-        demo["spec"]["model"]["repository"]: str(workdir / "models")})
-    write_model_repository(stack.repository_dir, demo["spec"]["model"]["name"],
-                           load_profile(examples / "profiles" / "cpu-demo.yaml"))
+    stack = LocalStack(
+        kubeconfig,
+        workdir=workdir,
+        say=say,
+        repository_map={demo["spec"]["model"]["repository"]: str(workdir / "models")},
+    )
+    write_model_repository(
+        stack.repository_dir,
+        demo["spec"]["model"]["name"],
+        load_profile(examples / "profiles" / "cpu-demo.yaml"),
+    )
     runner = ImagePodRunner(kubeconfig, workdir=workdir / "image-pods")
     installed = False
     try:
         stack.start()
         runner.start()
         say(f"image pod runner up (container logs in {runner.workdir})")
-        values = local_values(image, stack.prometheus.url,
-                              scrape_interval_s=stack.prometheus.scrape_interval_s)
+        values = local_values(
+            image, stack.prometheus.url, scrape_interval_s=stack.prometheus.scrape_interval_s
+        )
         install(kubeconfig, values)
         installed = True
         scrape_operator(stack.prometheus, kubeconfig, values)
-        say(f"helm release {RELEASE!r} in {NAMESPACE}: the operator runs from {image.tag}, "
+        say(
+            f"helm release {RELEASE!r} in {NAMESPACE}: the operator runs from {image.tag}, "
             f"scraped by {stack.prometheus.url} through the chart's ServiceMonitor; "
             f"try `kubectl --kubeconfig {kubeconfig} apply -f {examples / 'cpu-demo.yaml'}`. "
-            "Ctrl-C uninstalls the chart and stops the stack (the cluster stays up).")
+            "Ctrl-C uninstalls the chart and stops the stack (the cluster stays up)."
+        )
         while not done.wait(1.0):
             pass
     finally:

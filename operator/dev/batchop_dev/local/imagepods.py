@@ -61,8 +61,17 @@ _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 SELECTOR = f"!{LABEL_MODEL}"
 DEFAULT_GRACE_S = 30.0
 _QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-_FACTORS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_FACTORS = {
+    None: 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
 
 
 @dataclass(frozen=True)
@@ -159,9 +168,11 @@ def container_env(pod: Pod, container: dict[str, Any], api: ApiEndpoint) -> dict
             path = ((var["valueFrom"] or {}).get("fieldRef") or {}).get("fieldPath")
             if path not in fields:
                 source = next(iter(var["valueFrom"] or {"valueFrom": None}))
-                raise PodSpecError(f"{where}: env {name}: valueFrom.{source}"
-                                   f"{'=' + path if path else ''} is not supported by the "
-                                   "local pod runner (values and fieldRefs are)")
+                raise PodSpecError(
+                    f"{where}: env {name}: valueFrom.{source}"
+                    f"{'=' + path if path else ''} is not supported by the "
+                    "local pod runner (values and fieldRefs are)"
+                )
             value = fields[path]
         out[name] = value.replace(WILDCARD, pod_ip)
     return out
@@ -201,14 +212,21 @@ def _projected(volume: dict[str, Any], pod: Pod, where: str) -> list[ProjectedFi
     for source in volume["projected"].get("sources") or []:
         if "serviceAccountToken" in source:
             token = source["serviceAccountToken"]
-            files.append(ProjectedFile(name, token.get("path", "token"), "token",
-                                       token.get("audience", ""),
-                                       int(token.get("expirationSeconds", 3600))))
+            files.append(
+                ProjectedFile(
+                    name,
+                    token.get("path", "token"),
+                    "token",
+                    token.get("audience", ""),
+                    int(token.get("expirationSeconds", 3600)),
+                )
+            )
         elif "configMap" in source:
             ref = source["configMap"]
             for item in ref.get("items") or []:
-                files.append(ProjectedFile(name, item["path"], "configmap",
-                                           f"{ref['name']}/{item['key']}"))
+                files.append(
+                    ProjectedFile(name, item["path"], "configmap", f"{ref['name']}/{item['key']}")
+                )
             if not ref.get("items"):
                 raise PodSpecError(f"{where}: volume {name}: a configMap source needs items")
         elif "downwardAPI" in source:
@@ -216,24 +234,31 @@ def _projected(volume: dict[str, Any], pod: Pod, where: str) -> list[ProjectedFi
             for item in source["downwardAPI"].get("items") or []:
                 path = (item.get("fieldRef") or {}).get("fieldPath")
                 if path not in fields:
-                    raise PodSpecError(f"{where}: volume {name}: downwardAPI item {item['path']}"
-                                       " must be a fieldRef the local pod runner knows")
+                    raise PodSpecError(
+                        f"{where}: volume {name}: downwardAPI item {item['path']}"
+                        " must be a fieldRef the local pod runner knows"
+                    )
                 files.append(ProjectedFile(name, item["path"], "field", path))
         else:
-            raise PodSpecError(f"{where}: volume {name}: projected source "
-                               f"{next(iter(source), '?')} is not supported locally")
+            raise PodSpecError(
+                f"{where}: volume {name}: projected source "
+                f"{next(iter(source), '?')} is not supported locally"
+            )
     return files
 
 
-def image_launch(pod: Pod, api: ApiEndpoint, run_flags: list[str] | tuple[str, ...] = ()
-                 ) -> ImageLaunch:
+def image_launch(
+    pod: Pod, api: ApiEndpoint, run_flags: list[str] | tuple[str, ...] = ()
+) -> ImageLaunch:
     """Translate a pod into a `podman run` as a kubelet would run it. Pure."""
     where = f"pod {'/'.join(pod_key(pod))}"
     spec = pod.get("spec", {})
     containers = spec.get("containers") or []
     if len(containers) != 1 or spec.get("initContainers"):
-        raise PodSpecError(f"{where}: the local pod runner runs pods of exactly one container "
-                           f"and no init containers (has {len(containers)})")
+        raise PodSpecError(
+            f"{where}: the local pod runner runs pods of exactly one container "
+            f"and no init containers (has {len(containers)})"
+        )
     (container,) = containers
     if not pod.get("status", {}).get("podIP"):
         raise PodSpecError(f"{where}: has no podIP yet")
@@ -246,8 +271,15 @@ def image_launch(pod: Pod, api: ApiEndpoint, run_flags: list[str] | tuple[str, .
     if sc.get("runAsNonRoot") and user == 0:
         raise PodSpecError(f"{where}: securityContext.runAsNonRoot is true but runAsUser is 0")
     # The pod's hostname is its name (leader election names itself after it).
-    args: list[str] = ["--network", "host", "--hostname", pod["metadata"]["name"],
-                       "--pull", "never", *run_flags]
+    args: list[str] = [
+        "--network",
+        "host",
+        "--hostname",
+        pod["metadata"]["name"],
+        "--pull",
+        "never",
+        *run_flags,
+    ]
     if user is not None:
         args += ["--user", f"{user}:{group}" if group is not None else str(user)]
     if pod_sc.get("fsGroup") is not None:
@@ -282,15 +314,21 @@ def image_launch(pod: Pod, api: ApiEndpoint, run_flags: list[str] | tuple[str, .
             args += ["--volume", f"{{volumes}}/{volume['name']}:{target}:ro"]
         else:
             kind = next((k for k in volume if k != "name"), "?")
-            raise PodSpecError(f"{where}: volume {volume['name']}: {kind} volumes are not "
-                               "supported by the local pod runner (emptyDir and projected are)")
+            raise PodSpecError(
+                f"{where}: volume {volume['name']}: {kind} volumes are not "
+                "supported by the local pod runner (emptyDir and projected are)"
+            )
     env = container_env(pod, container, api)
     for name, value in env.items():
         args += ["--env", f"{name}={value}"]
 
     def expand(items: list[Any] | None) -> list[str]:
-        return [_VAR.sub(lambda m: env.get(m[1], m[0]), str(a)).replace(
-            WILDCARD, pod["status"]["podIP"]) for a in items or []]
+        return [
+            _VAR.sub(lambda m: env.get(m[1], m[0]), str(a)).replace(
+                WILDCARD, pod["status"]["podIP"]
+            )
+            for a in items or []
+        ]
 
     command = expand(container.get("command"))
     if command:
@@ -310,18 +348,25 @@ def image_launch(pod: Pod, api: ApiEndpoint, run_flags: list[str] | tuple[str, .
         liveness=_probe(pod, container, "livenessProbe"),
         grace_s=float(DEFAULT_GRACE_S if grace is None else grace),
         address=pod["status"]["podIP"],
-        ports=tuple(int(p["containerPort"]) for p in container.get("ports") or []
-                    if p.get("containerPort") and p.get("protocol", "TCP") == "TCP"),
+        ports=tuple(
+            int(p["containerPort"])
+            for p in container.get("ports") or []
+            if p.get("containerPort") and p.get("protocol", "TCP") == "TCP"
+        ),
     )
 
 
 def api_endpoint(kubeconfig: Path) -> ApiEndpoint:
     """The API server's host and port from a kubeconfig's current cluster."""
     config = yaml.safe_load(kubeconfig.read_text())
-    context = next(c["context"] for c in config["contexts"]
-                   if c["name"] == config.get("current-context", config["contexts"][0]["name"]))
-    server = next(c["cluster"]["server"] for c in config["clusters"]
-                  if c["name"] == context["cluster"])
+    context = next(
+        c["context"]
+        for c in config["contexts"]
+        if c["name"] == config.get("current-context", config["contexts"][0]["name"])
+    )
+    server = next(
+        c["cluster"]["server"] for c in config["clusters"] if c["name"] == context["cluster"]
+    )
     url = urlsplit(server)
     return ApiEndpoint(host=url.hostname or "127.0.0.1", port=url.port or 443)
 
@@ -362,8 +407,14 @@ class ImagePodRunner(PodLoop):
     `start()` returns at once; `stop()` stops every container it started.
     """
 
-    def __init__(self, kubeconfig: Path | str, *, workdir: Path, poll_s: float = 1.0,
-                 max_backoff_s: float = 20.0) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path | str,
+        *,
+        workdir: Path,
+        poll_s: float = 1.0,
+        max_backoff_s: float = 20.0,
+    ) -> None:
         super().__init__(kubeconfig, name="imagepods", poll_s=poll_s)
         self.workdir = workdir
         self.max_backoff_s = max_backoff_s
@@ -384,8 +435,11 @@ class ImagePodRunner(PodLoop):
 
     def running(self) -> dict[PodKey, str]:
         """podman container name per pod whose container runs (for tests)."""
-        return {k: p.launch.name for k, p in self._pods.items()
-                if p.launch is not None and p.proc is not None and p.proc.poll() is None}
+        return {
+            k: p.launch.name
+            for k, p in self._pods.items()
+            if p.launch is not None and p.proc is not None and p.proc.poll() is None
+        }
 
     def log_path(self, key: PodKey) -> Path:
         return self.workdir / f"{key[0]}_{key[1]}.log"
@@ -449,7 +503,8 @@ class ImagePodRunner(PodLoop):
 
             try:
                 self._core.patch_namespaced_pod_status(
-                    key[1], key[0], patch, _content_type="application/merge-patch+json")
+                    key[1], key[0], patch, _content_type="application/merge-patch+json"
+                )
             except ApiException as exc:
                 if exc.status not in (404, 409):
                     log.warning("patching status of pod %s/%s: %s", *key, exc.reason)
@@ -460,8 +515,12 @@ class ImagePodRunner(PodLoop):
         code = run.proc.returncode
         log.warning("container of pod %s/%s exited (%s); restarting", *key, code)
         state = run.state
-        state.last_exit = {"exitCode": code, "reason": "Error" if code else "Completed",
-                           "startedAt": state.started_at, "finishedAt": _now()}
+        state.last_exit = {
+            "exitCode": code,
+            "reason": "Error" if code else "Completed",
+            "startedAt": state.started_at,
+            "finishedAt": _now(),
+        }
         state.restart_count += 1
         state.running = state.ready = False
         state.waiting_reason = "CrashLoopBackOff"
@@ -482,13 +541,21 @@ class ImagePodRunner(PodLoop):
         for item in run.launch.files:
             if item.kind == "token":
                 body: dict[str, Any] = {
-                    "spec": {"expirationSeconds": item.expiration_s,
-                             "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
-                                                "name": name, "uid": run.uid}}}
+                    "spec": {
+                        "expirationSeconds": item.expiration_s,
+                        "boundObjectRef": {
+                            "apiVersion": "v1",
+                            "kind": "Pod",
+                            "name": name,
+                            "uid": run.uid,
+                        },
+                    }
+                }
                 if item.source:
                     body["spec"]["audiences"] = [item.source]
                 got = self._core.create_namespaced_service_account_token(
-                    fields["spec.serviceAccountName"], ns, body)
+                    fields["spec.serviceAccountName"], ns, body
+                )
                 text = got.status.token
             elif item.kind == "configmap":
                 cm_name, _, cm_key = item.source.partition("/")
@@ -527,13 +594,20 @@ class ImagePodRunner(PodLoop):
             state.message = f"{busy} is already in use on this machine"
             run.next_start = now + self.max_backoff_s / 4
             return
-        subprocess.run(["podman", "rm", "--force", "--ignore", run.launch.name],
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            ["podman", "rm", "--force", "--ignore", run.launch.name],
+            capture_output=True,
+            timeout=60,
+        )
         args = [a.replace("{volumes}", str(self._volumes_dir(run))) for a in run.launch.run_args]
         with open(self.log_path(key), "ab") as out:
-            run.proc = subprocess.Popen(["podman", "run", "--rm", *args], stdout=out,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
+            run.proc = subprocess.Popen(
+                ["podman", "run", "--rm", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         log.info("pod %s/%s: podman run %s", *key, run.launch.image)
         state.running, state.ready, state.started_at = True, False, _now()
         state.waiting_reason = state.message = None
@@ -561,25 +635,34 @@ class ImagePodRunner(PodLoop):
             run.live.next_at = now + liveness.period_s
             run.live.failures = 0 if ok else run.live.failures + 1
             if run.live.failures >= liveness.failure_threshold:
-                log.warning("pod %s/%s: liveness probe failed %d times; restarting", *key,
-                            run.live.failures)
+                log.warning(
+                    "pod %s/%s: liveness probe failed %d times; restarting", *key, run.live.failures
+                )
                 self._kill(run.launch, run.proc, run.launch.grace_s)
                 run.live = None  # the exit is seen next tick and restarts it
 
-    def _kill(self, launch: ImageLaunch, proc: subprocess.Popen[bytes] | None,
-              grace_s: float) -> None:
+    def _kill(
+        self, launch: ImageLaunch, proc: subprocess.Popen[bytes] | None, grace_s: float
+    ) -> None:
         """SIGTERM, grace period, SIGKILL (podman stop), in the background."""
+
         def stop() -> None:
-            subprocess.run(["podman", "stop", "--ignore", "--time", str(int(grace_s)),
-                            launch.name], capture_output=True, timeout=grace_s + 60)
+            subprocess.run(
+                ["podman", "stop", "--ignore", "--time", str(int(grace_s)), launch.name],
+                capture_output=True,
+                timeout=grace_s + 60,
+            )
             if proc is not None:
                 try:
                     proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     proc.kill()  # the client; the container itself goes below
             # `run --rm` removes it; a container whose client died would be left running.
-            subprocess.run(["podman", "rm", "--force", "--ignore", launch.name],
-                           capture_output=True, timeout=120)
+            subprocess.run(
+                ["podman", "rm", "--force", "--ignore", launch.name],
+                capture_output=True,
+                timeout=120,
+            )
 
         thread = threading.Thread(target=stop, name=f"stop-{launch.name}", daemon=True)
         thread.start()

@@ -148,9 +148,7 @@ def scale_trace(trace: Any, time_scale: float = 1.0, rate_scale: float = 1.0) ->
     from batchop.sim.trace import Trace
 
     if time_scale <= 0 or rate_scale <= 0:
-        raise LoadError(
-            f"time scale ({time_scale:g}) and rate scale ({rate_scale:g}) must be > 0"
-        )
+        raise LoadError(f"time scale ({time_scale:g}) and rate scale ({rate_scale:g}) must be > 0")
     return Trace(
         seconds=tuple(s * time_scale for s in trace.seconds),
         rps=tuple(r * rate_scale for r in trace.rps),
@@ -179,7 +177,10 @@ def _pct(values: np.ndarray, q: float) -> float | None:
 
 
 def summarize(
-    send_s: np.ndarray, latency_ms: np.ndarray, ok: np.ndarray, duration_s: float,
+    send_s: np.ndarray,
+    latency_ms: np.ndarray,
+    ok: np.ndarray,
+    duration_s: float,
     rejected: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Totals, latency percentiles (successful requests) and a per-second timeline.
@@ -209,15 +210,17 @@ def summarize(
     for s in range(int(math.ceil(duration_s))):
         sel = seconds == s
         lat = latency_ms[sel & ok]
-        timeline.append({
-            "t": s,
-            "sent": int(sel.sum()),
-            "ok": int((sel & ok).sum()),
-            "failed": int((sel & ~ok).sum()),
-            "rejected": int((sel & rej).sum()),
-            "p50_ms": _pct(lat, 50),
-            "p99_ms": _pct(lat, 99),
-        })
+        timeline.append(
+            {
+                "t": s,
+                "sent": int(sel.sum()),
+                "ok": int((sel & ok).sum()),
+                "failed": int((sel & ~ok).sum()),
+                "rejected": int((sel & rej).sum()),
+                "p50_ms": _pct(lat, 50),
+                "p99_ms": _pct(lat, 99),
+            }
+        )
     report["timeline"] = timeline
     return report
 

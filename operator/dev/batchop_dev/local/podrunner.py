@@ -51,15 +51,30 @@ log = logging.getLogger("batchop.podrunner")
 # Flags the runner sets itself (addresses, ports, repository, model control): taken out of
 # the pod's args so Triton does not see them twice (--model-repository may repeat).
 OWN_FLAGS = {
-    "model-repository", "model-store", "load-model", "model-control-mode",
-    "http-address", "grpc-address", "metrics-address", "http-port", "grpc-port",
-    "metrics-port", "backend-directory", "cache-directory", "strict-readiness",
-    "exit-timeout-secs", "allow-gpu-metrics",
+    "model-repository",
+    "model-store",
+    "load-model",
+    "model-control-mode",
+    "http-address",
+    "grpc-address",
+    "metrics-address",
+    "http-port",
+    "grpc-port",
+    "metrics-port",
+    "backend-directory",
+    "cache-directory",
+    "strict-readiness",
+    "exit-timeout-secs",
+    "allow-gpu-metrics",
 }
 # Flags that make no sense on this machine (GPU memory pools, paths inside the image).
 DROPPED_FLAGS = {
-    "repoagent-directory", "cuda-memory-pool-byte-size", "pinned-memory-pool-byte-size",
-    "min-supported-compute-capability", "log-file", "cuda-virtual-address-size",
+    "repoagent-directory",
+    "cuda-memory-pool-byte-size",
+    "pinned-memory-pool-byte-size",
+    "min-supported-compute-capability",
+    "log-file",
+    "cuda-virtual-address-size",
 }
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -134,8 +149,8 @@ def local_repository(uri: str, repository_map: dict[str, str]) -> str:
     """The local folder for a --model-repository URI: mapped, file://, or an absolute path."""
     for prefix, folder in sorted(repository_map.items(), key=lambda kv: -len(kv[0])):
         if uri == prefix or uri.startswith(prefix.rstrip("/") + "/"):
-            return folder.rstrip("/") + uri[len(prefix.rstrip("/")):]
-    path = uri[len("file://"):] if uri.startswith("file://") else uri
+            return folder.rstrip("/") + uri[len(prefix.rstrip("/")) :]
+    path = uri[len("file://") :] if uri.startswith("file://") else uri
     if "://" in path or not path.startswith("/"):
         raise PodSpecError(
             f"--model-repository {uri!r} is not a local folder: use an absolute path or "
@@ -156,8 +171,10 @@ def launch_spec(pod: Pod, repository_map: dict[str, str] | None = None) -> Launc
     if not address:
         raise PodSpecError(f"{where}: has no podIP yet")
     env = _env_values(pod, container)
-    argv = [_VAR.sub(lambda m: env.get(m[1], m[0]), str(a))
-            for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+    argv = [
+        _VAR.sub(lambda m: env.get(m[1], m[0]), str(a))
+        for a in [*(container.get("command") or []), *(container.get("args") or [])]
+    ]
     if argv and not argv[0].startswith("-"):
         argv = argv[1:]  # the binary, e.g. "tritonserver"
     try:
@@ -179,8 +196,11 @@ def launch_spec(pod: Pod, repository_map: dict[str, str] | None = None) -> Launc
     except PodSpecError as exc:
         raise PodSpecError(f"{where}: {exc}") from None
     extra += [f"--model-repository={r}" for r in local[1:]]
-    named = {p.get("name"): int(p["containerPort"]) for p in container.get("ports") or []
-             if p.get("containerPort")}
+    named = {
+        p.get("name"): int(p["containerPort"])
+        for p in container.get("ports") or []
+        if p.get("containerPort")
+    }
 
     def port(flag: str, port_name: str, default: int) -> int:
         given = values.get(flag)
@@ -293,8 +313,14 @@ def status_patch(pod: Pod, container: str, state: ContainerState) -> dict[str, A
     statuses = [dict(s) for s in status.get("containerStatuses") or []]
     current = next((s for s in statuses if s.get("name") == container), None)
     if current is None:
-        image = next((c.get("image", "") for c in pod.get("spec", {}).get("containers") or []
-                      if c.get("name") == container), "")
+        image = next(
+            (
+                c.get("image", "")
+                for c in pod.get("spec", {}).get("containers") or []
+                if c.get("name") == container
+            ),
+            "",
+        )
         current = {"name": container, "image": image, "imageID": ""}
         statuses.append(current)
     wanted: dict[str, Any] = {
@@ -305,8 +331,12 @@ def status_patch(pod: Pod, container: str, state: ContainerState) -> dict[str, A
     if state.running:
         wanted["state"] = {"running": {"startedAt": state.started_at or now}}
     else:
-        wanted["state"] = {"waiting": {"reason": state.waiting_reason or "ContainerCreating",
-                                       **({"message": state.message} if state.message else {})}}
+        wanted["state"] = {
+            "waiting": {
+                "reason": state.waiting_reason or "ContainerCreating",
+                **({"message": state.message} if state.message else {}),
+            }
+        }
     wanted["lastState"] = {"terminated": state.last_exit} if state.last_exit else {}
     before = dict(current)
     current.update(wanted)
@@ -393,8 +423,9 @@ class PodRunner(PodLoop):
             except PodSpecError as exc:
                 spec, message = None, str(exc)
                 log.error("%s", exc)
-            run = _Running(uid=pod["metadata"].get("uid", ""), spec=spec,
-                           drain_s=prestop_sleep_s(pod))
+            run = _Running(
+                uid=pod["metadata"].get("uid", ""), spec=spec, drain_s=prestop_sleep_s(pod)
+            )
             run.state.message = message
             run.state.waiting_reason = "CreateContainerConfigError" if spec is None else None
             run.log_path = self.log_dir / f"{key[0]}_{key[1]}.log"
@@ -430,8 +461,13 @@ class PodRunner(PodLoop):
                 spec = run.spec
                 try:
                     run.server = TritonProcess(
-                        spec.model_repository, spec.address, spec.http_port, spec.grpc_port,
-                        spec.metrics_port, spec.load_models, spec.extra_args,
+                        spec.model_repository,
+                        spec.address,
+                        spec.http_port,
+                        spec.grpc_port,
+                        spec.metrics_port,
+                        spec.load_models,
+                        spec.extra_args,
                         log_path=run.log_path,
                     ).start()
                     state.running, state.started_at = True, _now()
@@ -494,15 +530,23 @@ def main(argv: list[str] | None = None) -> int:
         "tritonserver per Running BatchedModel pod, on the pod's address.",
     )
     parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--repository-map", action="append", default=[], metavar="URI=DIR",
-                        help="run pods whose --model-repository is URI from local DIR")
+    parser.add_argument(
+        "--repository-map",
+        action="append",
+        default=[],
+        metavar="URI=DIR",
+        help="run pods whose --model-repository is URI from local DIR",
+    )
     parser.add_argument("--log-dir", type=Path, default=None, help="tritonserver logs")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    runner = PodRunner(args.kubeconfig, repository_map=_parse_map(args.repository_map),
-                       log_dir=args.log_dir)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    runner = PodRunner(
+        args.kubeconfig, repository_map=_parse_map(args.repository_map), log_dir=args.log_dir
+    )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     runner.start()

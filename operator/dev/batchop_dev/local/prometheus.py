@@ -61,9 +61,11 @@ def _pods_job(
         "scrape_interval": interval,
         "scrape_timeout": timeout,
         **(
-            {"kubernetes_sd_configs": [
-                {"role": "pod", "kubeconfig_file": str(Path(kubeconfig).resolve())}
-            ]}
+            {
+                "kubernetes_sd_configs": [
+                    {"role": "pod", "kubeconfig_file": str(Path(kubeconfig).resolve())}
+                ]
+            }
             if sd_file is None
             else {"file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": interval}]}
         ),
@@ -80,8 +82,10 @@ def _pods_job(
             },
             {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-            {"source_labels": ["__meta_kubernetes_pod_container_name"],
-             "target_label": "container"},
+            {
+                "source_labels": ["__meta_kubernetes_pod_container_name"],
+                "target_label": "container",
+            },
             {"source_labels": [bm_meta], "target_label": BM_LABEL},
         ],
     }
@@ -240,15 +244,17 @@ def pod_targets(pod: dict[str, Any]) -> list[dict[str, Any]]:
             groups.append({"targets": [ip], "labels": labels})
         for port in ports:
             number = str(port.get("containerPort", ""))
-            groups.append({
-                "targets": [f"{ip}:{number}"],
-                "labels": dict(
-                    labels,
-                    __meta_kubernetes_pod_container_port_name=port.get("name", ""),
-                    __meta_kubernetes_pod_container_port_number=number,
-                    __meta_kubernetes_pod_container_port_protocol=port.get("protocol", "TCP"),
-                ),
-            })
+            groups.append(
+                {
+                    "targets": [f"{ip}:{number}"],
+                    "labels": dict(
+                        labels,
+                        __meta_kubernetes_pod_container_port_name=port.get("name", ""),
+                        __meta_kubernetes_pod_container_port_number=number,
+                        __meta_kubernetes_pod_container_port_protocol=port.get("protocol", "TCP"),
+                    ),
+                }
+            )
     return groups
 
 
@@ -377,7 +383,10 @@ class PrometheusServer:
         ]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         try:
@@ -408,20 +417,30 @@ class PrometheusServer:
 
         if self.kubeconfig is None or self.process is None:
             raise PrometheusError("add_service_monitor needs a started server with a cluster")
-        selector = ",".join(f"{k}={v}" for k, v in sorted(
-            ((service.get("spec") or {}).get("selector") or {}).items()))
+        selector = ",".join(
+            f"{k}={v}"
+            for k, v in sorted(((service.get("spec") or {}).get("selector") or {}).items())
+        )
         if self.discovery_mode == "file_sd":
             index = len(self._extra_discovery)
             sd_file = self.workdir / f"servicemonitor-{index}.json"
             self._extra_discovery.append(
-                FileDiscovery(self.kubeconfig, sd_file, label_selector=selector).start())
+                FileDiscovery(self.kubeconfig, sd_file, label_selector=selector).start()
+            )
             interval = f"{self.scrape_interval_s:g}s"
-            sd: dict[str, Any] = {"file_sd_configs": [{"files": [str(sd_file)],
-                                                      "refresh_interval": interval}]}
+            sd: dict[str, Any] = {
+                "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": interval}]
+            }
         else:
-            sd = {"kubernetes_sd_configs": [{"role": "pod",
-                                             "kubeconfig_file": str(self.kubeconfig.resolve()),
-                                             "selectors": [{"role": "pod", "label": selector}]}]}
+            sd = {
+                "kubernetes_sd_configs": [
+                    {
+                        "role": "pod",
+                        "kubeconfig_file": str(self.kubeconfig.resolve()),
+                        "selectors": [{"role": "pod", "label": selector}],
+                    }
+                ]
+            }
         jobs = service_monitor_jobs(monitor, service, sd)
         self.extra_jobs += jobs
         self._write_config()

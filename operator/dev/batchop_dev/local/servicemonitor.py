@@ -39,9 +39,12 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
         return False
     for expr in selector.get("matchExpressions") or []:
         key, op, values = expr["key"], expr["operator"], expr.get("values") or []
-        ok = {"In": key in labels and labels[key] in values,
-              "NotIn": labels.get(key) not in values,
-              "Exists": key in labels, "DoesNotExist": key not in labels}.get(op)
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": labels.get(key) not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }.get(op)
         if ok is None:
             raise ServiceMonitorError(f"selector operator {op!r} is not a label selector one")
         if not ok:
@@ -49,8 +52,9 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
-def service_monitor_jobs(monitor: dict[str, Any], service: dict[str, Any],
-                         sd_config: dict[str, Any]) -> list[dict[str, Any]]:
+def service_monitor_jobs(
+    monitor: dict[str, Any], service: dict[str, Any], sd_config: dict[str, Any]
+) -> list[dict[str, Any]]:
     """One scrape job per endpoint of `monitor`, for the pods behind `service`.
 
     `sd_config` is the job's discovery (e.g. {"kubernetes_sd_configs": [...role pod...]} or
@@ -60,14 +64,19 @@ def service_monitor_jobs(monitor: dict[str, Any], service: dict[str, Any],
     where = f"ServiceMonitor {meta.get('namespace')}/{meta['name']}"
     svc_meta = service["metadata"]
     if not selects(spec.get("selector") or {}, svc_meta.get("labels") or {}):
-        raise ServiceMonitorError(f"{where}: spec.selector does not select Service "
-                                  f"{svc_meta.get('namespace')}/{svc_meta['name']}")
+        raise ServiceMonitorError(
+            f"{where}: spec.selector does not select Service "
+            f"{svc_meta.get('namespace')}/{svc_meta['name']}"
+        )
     namespaces = spec.get("namespaceSelector") or {}
-    names = [] if namespaces.get("any") else (namespaces.get("matchNames")
-                                              or [meta.get("namespace")])
+    names = (
+        [] if namespaces.get("any") else (namespaces.get("matchNames") or [meta.get("namespace")])
+    )
     if svc_meta.get("namespace") not in names and not namespaces.get("any"):
-        raise ServiceMonitorError(f"{where}: spec.namespaceSelector leaves out the Service's "
-                                  f"namespace {svc_meta.get('namespace')}")
+        raise ServiceMonitorError(
+            f"{where}: spec.namespaceSelector leaves out the Service's "
+            f"namespace {svc_meta.get('namespace')}"
+        )
     pod_selector = (service.get("spec") or {}).get("selector") or {}
     if not pod_selector:
         raise ServiceMonitorError(f"Service {svc_meta['name']}: has no pod selector")
@@ -77,26 +86,45 @@ def service_monitor_jobs(monitor: dict[str, Any], service: dict[str, Any],
         at = f"{where}: spec.endpoints[{index}]"
         port = ports.get(endpoint.get("port"))
         if port is None:
-            raise ServiceMonitorError(f"{at}.port {endpoint.get('port')!r} names no port of "
-                                      f"Service {svc_meta['name']}")
+            raise ServiceMonitorError(
+                f"{at}.port {endpoint.get('port')!r} names no port of Service {svc_meta['name']}"
+            )
         target = port.get("targetPort", port.get("port"))
         by = "name" if isinstance(target, str) and not target.isdigit() else "number"
         relabel: list[dict[str, Any]] = []
         if names:
-            relabel.append({"source_labels": ["__meta_kubernetes_namespace"],
-                            "regex": "|".join(re.escape(n) for n in names), "action": "keep"})
+            relabel.append(
+                {
+                    "source_labels": ["__meta_kubernetes_namespace"],
+                    "regex": "|".join(re.escape(n) for n in names),
+                    "action": "keep",
+                }
+            )
         for key, value in sorted(pod_selector.items()):
-            relabel.append({"source_labels": [_meta("pod_label", key)],
-                            "regex": re.escape(value), "action": "keep"})
+            relabel.append(
+                {
+                    "source_labels": [_meta("pod_label", key)],
+                    "regex": re.escape(value),
+                    "action": "keep",
+                }
+            )
         relabel += [
-            {"source_labels": [f"__meta_kubernetes_pod_container_port_{by}"],
-             "regex": re.escape(str(target)), "action": "keep"},
-            {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Succeeded|Failed",
-             "action": "drop"},
+            {
+                "source_labels": [f"__meta_kubernetes_pod_container_port_{by}"],
+                "regex": re.escape(str(target)),
+                "action": "keep",
+            },
+            {
+                "source_labels": ["__meta_kubernetes_pod_phase"],
+                "regex": "Succeeded|Failed",
+                "action": "drop",
+            },
             {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
             {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-            {"source_labels": ["__meta_kubernetes_pod_container_name"],
-             "target_label": "container"},
+            {
+                "source_labels": ["__meta_kubernetes_pod_container_name"],
+                "target_label": "container",
+            },
             {"replacement": svc_meta["name"], "target_label": "service"},
             {"replacement": svc_meta["name"], "target_label": "job"},
             {"replacement": str(endpoint["port"]), "target_label": "endpoint"},

@@ -52,7 +52,8 @@ class LocalStack:
         self.repository_dir.mkdir(exist_ok=True)
         self.say = say or (lambda m: print(m, file=sys.stderr, flush=True))
         self.prometheus = PrometheusServer(
-            self.kubeconfig, scrape_interval_s=scrape_interval_s,
+            self.kubeconfig,
+            scrape_interval_s=scrape_interval_s,
             workdir=self.workdir / "prometheus",
         )
         self.prometheus.workdir.mkdir(exist_ok=True)
@@ -69,8 +70,10 @@ class LocalStack:
     def start(self, operator: bool = False) -> LocalStack:
         try:
             self.prometheus.start()
-            self.say(f"prometheus {self.prometheus.url} ({self.prometheus.discovery_mode}, "
-                     f"scrape every {self.prometheus.scrape_interval_s:g}s)")
+            self.say(
+                f"prometheus {self.prometheus.url} ({self.prometheus.discovery_mode}, "
+                f"scrape every {self.prometheus.scrape_interval_s:g}s)"
+            )
             self.runner.start()
             self.say(f"pod runner up (tritonserver logs in {self.runner.log_dir})")
             if operator:
@@ -89,33 +92,48 @@ class LocalStack:
         self.stop_operator()
         metrics_port, live_port = free_port(), free_port()
         cmd = [
-            sys.executable, "-m", "batchop", "run",
-            "--kubeconfig", str(self.kubeconfig),
-            "--prometheus-url", self.prometheus.url,
+            sys.executable,
+            "-m",
+            "batchop",
+            "run",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--prometheus-url",
+            self.prometheus.url,
             # ~4 scrapes: the stack scrapes every few seconds, so steps show within seconds.
-            "--rate-window", f"{max(10, round(4 * self.prometheus.scrape_interval_s))}s",
+            "--rate-window",
+            f"{max(10, round(4 * self.prometheus.scrape_interval_s))}s",
             "--no-pod-monitor",
-            "--metrics-address", f"127.0.0.1:{metrics_port}",
-            "--liveness", f"http://127.0.0.1:{live_port}/healthz",
-            "--log-format", "plain",
+            "--metrics-address",
+            f"127.0.0.1:{metrics_port}",
+            "--liveness",
+            f"http://127.0.0.1:{live_port}/healthz",
+            "--log-format",
+            "plain",
             *(extra_args or []),
         ]
         # KUBECONFIG too: kopf's own login reads the environment, not our flag.
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         with open(self.operator_log, "ab") as log:
             self.operator = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=env,
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
             )
         self.operator_metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.operator.poll() is not None:
-                raise StackError(f"batchop run exited with {self.operator.returncode}: "
-                                 f"{self._operator_tail()}")
+                raise StackError(
+                    f"batchop run exited with {self.operator.returncode}: {self._operator_tail()}"
+                )
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{live_port}/healthz",
-                                            timeout=2) as resp:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{live_port}/healthz", timeout=2
+                ) as resp:
                     if resp.status == 200:
                         self.say(f"operator up (log {self.operator_log})")
                         return

@@ -112,7 +112,10 @@ def kwok_module_dir(version: str) -> Path:
     spec = f"{versions.KWOK_MODULE}@{version}"
     result = subprocess.run(
         [build.find_go(), "mod", "download", "-json", spec],
-        cwd=versions.KWOK_MODULE_DIR, env=build.go_env(), capture_output=True, text=True,
+        cwd=versions.KWOK_MODULE_DIR,
+        env=build.go_env(),
+        capture_output=True,
+        text=True,
     )
     if result.returncode != 0:
         raise StageError(f"`go mod download {spec}` failed: {result.stderr.strip()[-400:]}")

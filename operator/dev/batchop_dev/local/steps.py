@@ -64,8 +64,9 @@ def client_p99(
 
     latencies = [
         float(lat)
-        for sent, lat, ok in zip(records["send_s"], records["latency_ms"], records["ok"],
-                                 strict=True)
+        for sent, lat, ok in zip(
+            records["send_s"], records["latency_ms"], records["ok"], strict=True
+        )
         if ok and lat is not None and t0 <= sent < t1
     ]
     if not latencies:
@@ -93,9 +94,7 @@ def judge_steps(
         p99s = [float(s["p99_ms"]) for s in inside if s.get("p99_ms") is not None]
         replicas = [int(s["replicas"]) for s in inside if s.get("replicas") is not None]
         worst = max(p99s) if p99s else None
-        client, count = (None, 0) if records is None else client_p99(
-            records, start + settle_s, end
-        )
+        client, count = (None, 0) if records is None else client_p99(records, start + settle_s, end)
         judged = client if records is not None else worst
         verdicts.append(
             StepVerdict(
@@ -132,7 +131,6 @@ def summary(
         "settle_s": settle_s,
         "p99_judged": "client" if records is not None else "triton",
         "steps": [
-            asdict(v)
-            for v in judge_steps(timeline, segments, slo_ms, settle_s, records=records)
+            asdict(v) for v in judge_steps(timeline, segments, slo_ms, settle_s, records=records)
         ],
     }

@@ -40,8 +40,9 @@ class CalibrationPoint:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
-def predict(profile: Profile, rps: float, delay_us: int, seconds: float = 120.0,
-            seed: int = 0) -> dict[str, Any]:
+def predict(
+    profile: Profile, rps: float, delay_us: int, seconds: float = 120.0, seed: int = 0
+) -> dict[str, Any]:
     """The simulator's summary for one replica at a fixed rate and delay."""
     from batchop.sim.baselines import make_policy
     from batchop.sim.engine import SimConfig, simulate
@@ -50,8 +51,13 @@ def predict(profile: Profile, rps: float, delay_us: int, seconds: float = 120.0,
 
     trace = constant_trace(rps, seconds)
     spec = TuningSpec(
-        slo_ms=1000.0, max_batch_size=profile.max_batch_size, start_delay_us=delay_us,
-        start_replicas=1, min_replicas=1, max_replicas=1, tune_delay=False,
+        slo_ms=1000.0,
+        max_batch_size=profile.max_batch_size,
+        start_delay_us=delay_us,
+        start_replicas=1,
+        min_replicas=1,
+        max_replicas=1,
+        tune_delay=False,
         tune_replicas=False,
     )
     policy = make_policy("static", profile, trace, spec, delay_us, 1)
@@ -59,8 +65,13 @@ def predict(profile: Profile, rps: float, delay_us: int, seconds: float = 120.0,
 
 
 async def measure(
-    triton: TritonProcess, model: str, profile: Profile, rps: float, delay_us: int,
-    seconds: float = 8.0, seed: int = 0,
+    triton: TritonProcess,
+    model: str,
+    profile: Profile,
+    rps: float,
+    delay_us: int,
+    seconds: float = 8.0,
+    seed: int = 0,
 ) -> CalibrationPoint:
     """Set the delay live, run the load, and pair the result with the simulator's."""
     from batchop.act.triton_reload import set_queue_delay
@@ -68,7 +79,9 @@ async def measure(
     await set_queue_delay(triton.url, model, delay_us)
     before = scrape(triton.metrics_url, model)
     report = await run_load(
-        constant_trace(rps, seconds), StaticTargets([triton.url], model), seed=seed,
+        constant_trace(rps, seconds),
+        StaticTargets([triton.url], model),
+        seed=seed,
         keep_records=False,
     )
     gained = scrape(triton.metrics_url, model) - before

@@ -50,8 +50,7 @@ def render_config(
     bad = [b for b in preferred if not 1 <= b <= max_batch_size]
     if bad:
         raise ValueError(
-            f"preferred_batch_sizes {bad} must each be within 1..max_batch_size "
-            f"({max_batch_size})"
+            f"preferred_batch_sizes {bad} must each be within 1..max_batch_size ({max_batch_size})"
         )
     preferred_line = (
         f"  preferred_batch_size: [{', '.join(str(b) for b in preferred)}]\n" if preferred else ""

@@ -118,7 +118,12 @@ class TritonProcess:
         self.metrics_port = metrics_port
         self.load_models = list(load_models)
         self.argv = server_command(
-            model_repository, address, http_port, grpc_port, metrics_port, load_models,
+            model_repository,
+            address,
+            http_port,
+            grpc_port,
+            metrics_port,
+            load_models,
             extra_args,
         )
         self._own_log = log_path is None
@@ -144,8 +149,12 @@ class TritonProcess:
         env = ensure_installed().environment()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True,
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
             )
         return self
 
@@ -186,8 +195,7 @@ class TritonProcess:
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
                 raise TritonStartError(
-                    f"tritonserver on {self.url} not ready after {timeout:.0f}s:\n"
-                    f"{self.log_tail()}"
+                    f"tritonserver on {self.url} not ready after {timeout:.0f}s:\n{self.log_tail()}"
                 )
             time.sleep(0.1)
 
