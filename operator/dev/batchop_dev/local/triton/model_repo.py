@@ -37,10 +37,14 @@ def render_config(
     max_queue_delay_us: int,
     preferred_batch_sizes: list[int] | None = None,
     instances: int = 1,
+    input_elements: int = ELEMENTS,
+    output_elements: int = ELEMENTS,
+    parameters: dict[str, str] | None = None,
 ) -> str:
     """config.pbtxt text: python backend, dynamic batching, one CPU instance by default.
 
-    One instance models one GPU: a replica executes one batch at a time.
+    One instance models one GPU: a replica executes one batch at a time. `parameters` are
+    the config's string parameters (the real model reads its thread count there).
     """
     if max_batch_size < 1:
         raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -55,17 +59,22 @@ def render_config(
     preferred_line = (
         f"  preferred_batch_size: [{', '.join(str(b) for b in preferred)}]\n" if preferred else ""
     )
+    parameter_lines = "".join(
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n'
+        for k, v in (parameters or {}).items()
+    )
     return (
         f'name: "{name}"\n'
         'backend: "python"\n'
         f"max_batch_size: {max_batch_size}\n"
-        f'input [{{ name: "{INPUT_NAME}" data_type: TYPE_FP32 dims: [{ELEMENTS}] }}]\n'
-        f'output [{{ name: "{OUTPUT_NAME}" data_type: TYPE_FP32 dims: [{ELEMENTS}] }}]\n'
+        f'input [{{ name: "{INPUT_NAME}" data_type: TYPE_FP32 dims: [{input_elements}] }}]\n'
+        f'output [{{ name: "{OUTPUT_NAME}" data_type: TYPE_FP32 dims: [{output_elements}] }}]\n'
         "dynamic_batching {\n"
         f"{preferred_line}"
         f"  max_queue_delay_microseconds: {max_queue_delay_us}\n"
         "}\n"
         f"instance_group [{{ kind: KIND_CPU count: {instances} }}]\n"
+        f"{parameter_lines}"
     )
 
 
