@@ -29,7 +29,13 @@ DEV_PACKAGE = "batchop_dev"
 DEV_ONLY = {"matplotlib", "pandas", "pytriton", "aws_cdk", "prometheus_api_client"}
 # Modules whose functions may import batchop_dev (after devpart.require) and the ones that
 # may name it for importlib (devpart.load).
-LAZY_IMPORTERS = {"cli/load.py", "cli/local.py", "cli/demo.py", "cli/simulate.py"}
+LAZY_IMPORTERS = {
+    "cli/load.py",
+    "cli/local.py",
+    "cli/demo.py",
+    "cli/simulate.py",
+    "cli/profile.py",
+}
 NAMERS = LAZY_IMPORTERS | {"cli/devpart.py", "cli/bench.py"}
 DEV_MESSAGE = "needs batchop-dev (make install)"
 
@@ -177,6 +183,7 @@ sys.exit(main(sys.argv[1:]))
         ["demo", "--trace", "azure-code"],
         ["bench", "--out", "OUT"],
         ["load", "--rps", "1", "--url", "127.0.0.1:1", "--model", "m", "--json", "OUT/l.json"],
+        ["profile", "--url", "127.0.0.1:1", "--model", "m", "--out", "OUT/p.yaml"],
         [
             "simulate",
             "--profile",

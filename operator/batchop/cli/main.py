@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "batchop.cli.render",
     "batchop.cli.simulate",
     "batchop.cli.plan",
+    "batchop.cli.profile",
     "batchop.cli.bench",
     "batchop.cli.local",
     "batchop.cli.load",

@@ -76,7 +76,9 @@ class Measurement:
     curve_ms: tuple[tuple[int, float], ...]  # non-decreasing fit of the medians
     dropped: int  # samples dropped because another execution of that size interleaved
     seconds: float
-    measured_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat("T", "seconds"))
+    measured_at: str = field(
+        default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
 
     def ratio(self, big: int, small: int = 1) -> float | None:
         """Median time per inference at batch `big` over batch `small` (None: not measured)."""
@@ -399,11 +401,11 @@ def profile_document(
     """The profile YAML `batchop plan`/`simulate` read, with the raw spread as comments."""
     lines = [
         f"# Measured by `batchop profile` at {m.measured_at}: model {m.model!r}"
-        + (f" (version {m.version})" if m.version else "")
-        + f" on Triton {m.server_version} at http://{m.url}.",
-        f"# {m.repeats} timed executions per batch size after {m.warmup} untimed; an execution's",
-        "# time is Triton's compute_infer (what batchop learns online). batch_latency_ms holds",
-        "# the medians made non-decreasing (pool-adjacent-violators); measured spread (ms):",
+        + (f" (version {m.version})" if m.version else ""),
+        f"# on Triton {m.server_version} at http://{m.url}, {m.repeats} timed executions per",
+        f"# batch size after {m.warmup} untimed. An execution's time is Triton's compute_infer",
+        "# (what batchop learns online); batch_latency_ms holds the medians made non-decreasing",
+        "# (pool-adjacent-violators). Measured spread (ms):",
         "#  batch    median      p10      p90      min      max",
     ]
     for t in m.timings:
@@ -454,6 +456,20 @@ def write_atomically(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_profile(path: str | Path, document: str) -> None:
+    """Write the profile, whole, once it is known that `batchop plan`/`simulate` read it."""
+    from batchop.sim.profile import ProfileError, load_profile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "profile.yaml"
+        probe.write_text(document)
+        try:
+            load_profile(probe)
+        except ProfileError as exc:  # a bug here, never the user's input
+            raise RuntimeError(f"the measured profile does not read back: {exc}") from None
+    write_atomically(path, document)
 
 
 def local_endpoint(namespace: str, name: str, kubeconfig: str | None) -> tuple[str, str]:
