@@ -4,19 +4,26 @@ One server serves four models: the real MLP, the sleep model (cpu-demo's profile
 without batching (max_batch_size 0) and a model whose one execution takes 5 s. The command
 runs as users run it (a subprocess); its profile must be what `batchop plan` and `batchop
 simulate` read, its `-o yaml` what a BatchedModel accepts, and every failure one clear line
-with a nonzero exit and nothing written.
+with a nonzero exit and nothing written. `--bm` finds a Ready pod of a BatchedModel on the
+session's local stack (the pod runner runs the real MLP on the pod's 127.10.x.y address).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from batchop.api.constants import LABEL_MODEL
 from batchop.api.models import parse_batched_model
 from batchop.sim.profile import load_profile
 from batchop_dev.local.triton import TritonProcess, write_model_repository
@@ -136,3 +143,85 @@ def test_failures_name_the_model_and_rule_exit_nonzero_and_leave_out_untouched(
     assert "Traceback" not in run.stderr
     assert out.read_text() == "an earlier profile\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]  # no temporary left
+
+
+def _ready_pod_ip(cluster: Any, namespace: str, bm: str, model: str) -> str:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", f"{LABEL_MODEL}={bm}")
+        for pod in pods["items"]:
+            ip = pod["status"].get("podIP")
+            ready = any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in pod["status"].get("conditions", [])
+            )
+            if ip and ready:
+                try:  # KWOK may mark a pod Ready a moment before its Triton answers
+                    url = f"http://{ip}:8000/v2/models/{model}/ready"
+                    with urllib.request.urlopen(url, timeout=2) as r:
+                        if r.status == 200:
+                            return ip
+                except OSError:
+                    pass
+        time.sleep(0.5)
+    raise AssertionError(f"no pod of {namespace}/{bm} Ready with Triton after 120 s")
+
+
+def test_profile_of_a_batchedmodel_measures_its_ready_pod(
+    cluster: Any, stack: Any, tmp_path: Path
+) -> None:
+    if stack.operator_running():  # its Deployment would add pods of its own
+        stack.stop_operator()
+    cluster.install_crd()
+    namespace = f"profile-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        repo = tmp_path / "repo"
+        write_mlp_repository(repo, "mlp", max_batch_size=8)
+        bm = {
+            "apiVersion": "batchop.io/v1alpha1",
+            "kind": "BatchedModel",
+            "metadata": {"name": "real", "namespace": namespace},
+            "spec": {
+                "model": {"name": "mlp", "repository": str(repo), "maxBatchSize": 8},
+                "server": {"gpus": 0},
+                "autotune": {"queueDelay": False, "replicas": False},
+            },
+        }
+        args = [f"--model-repository={repo}", "--model-control-mode=explicit", "--load-model=mlp"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "real-a", "namespace": namespace, "labels": {LABEL_MODEL: "real"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "tritonserver",
+                        "image": "triton:none",
+                        "command": ["tritonserver"],
+                        "args": args,
+                    }
+                ]
+            },
+        }
+        items = {"apiVersion": "v1", "kind": "List", "items": [bm, pod]}
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(items))
+        ip = _ready_pod_ip(cluster, namespace, "real", "mlp")
+        out = tmp_path / "real.yaml"
+        run = _batchop(
+            "profile", "--bm", f"{namespace}/real", "--kubeconfig", str(cluster.kubeconfig),
+            "--out", str(out), "--repeats", "3",
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert f"http://{ip}:8000" in run.stdout
+        profile = load_profile(out)
+        assert profile.name == "mlp" and profile.max_batch_size == 8
+        missing = _batchop(
+            "profile", "--bm", f"{namespace}/absent", "--kubeconfig", str(cluster.kubeconfig),
+            "--out", str(tmp_path / "absent.yaml"),
+        )  # fmt: skip
+        assert missing.returncode == 1
+        assert f"BatchedModel {namespace}/absent not found" in missing.stderr
+        assert not (tmp_path / "absent.yaml").exists()
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
