@@ -280,6 +280,7 @@ def _decision_record(obs: Observation, d: Decision) -> dict[str, object]:
         "predicted_p99_ms": d.predicted_p99_ms,
         "observed_rps": obs.rps,
         "observed_p99_ms": obs.p99_ms,
+        "reversal": d.reversal,
     }
 
 

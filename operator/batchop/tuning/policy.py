@@ -9,25 +9,23 @@ learning in `decide`; 3: `_demand`; 4: `_choose_replicas`; 5: `_choose_delay`):
 2. Learn, from steady states only (no change, nothing starting, rate and queue steady for
    SETTLE_INTERVALS): the batch-latency curve from (avg batch, compute ms), and a correction
    of the queueing model by observed / predicted p99 at the running configuration.
-3. Demand: the arrivals (served + refused + the queue's growth; served and refused no more
-   than the busiest recent interval shows, since the window may predate replicas now
-   ready), or the remembered peak (the busiest scrape interval, held spec.peak_memory_s then
-   fading; once bursts recur, the busiest lower burst since then takes over when the peak
-   has faded below it; a level, near its peak with no burst in the window for LEVEL_S, is
-   not held once it falls) x the burst factor (learned from SLO breaches at a load the replicas
-   were sized for, relaxed when a load near the peak passes well within the SLO); with
-   spec.forecast, floored by a trend. After a start, the settle clock runs from the first
-   tick with every replica ready (also after a scale-up no tick saw starting); a rising
-   refused rate is believed before the p99 summary has caught up.
+3. Demand: the load now (served + refused + the queue's growth, served and refused no
+   more than the busiest recent interval shows, since the window may predate replicas now
+   ready; or that busiest interval), times the growth the next horizon (a pod start plus a
+   tick) brings at spec.coverage, learned online from the model's own history
+   (tuning.sizing); with spec.forecast, floored by a trend. After a start, the settle clock
+   runs from the first tick with every replica ready (also after a scale-up no tick saw
+   starting).
 4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
-   at demand plus HEADROOM, counting replicas still starting, within [min, max] and what the
-   cluster can schedule. Up at once (several if needed); down only to the highest
-   recommendation of the scale-down window, only when the lower count also passes with
-   DOWN_HEADROOM more (hysteresis; LEVEL_DOWN_HEADROOM at a level), and never while the
-   observed p99 breaks the SLO. An observed p99 over the SLO on two settled ticks forces a
-   scale-up even when the model disagrees, unless the delay explains it, a past backlog is
-   draining, or a change or a fall in load happened within P99_WINDOW_S (Triton's p99
-   summary then still shows the past).
+   at that demand, counting replicas still starting, within [min, max] and what the cluster
+   can schedule. Up at once (several if needed); down only to the highest recommendation
+   over the horizon (or the longer scale-down window): the same sizing in both directions,
+   so a scale-down is not undone by the growth the sizing already expected; and never while
+   the observed p99 breaks the SLO. An observed p99 over the SLO on two settled ticks
+   forces a scale-up even when the model disagrees, unless the delay explains it, a past
+   backlog is draining, or a change or a fall in load happened within P99_WINDOW_S
+   (Triton's p99 summary then still shows the past). A scale-up within two pod starts of a
+   scale-down is a reversal: the decision says so (it is counted and raised as an Event).
 5. Delay: the one that spends the least GPU time per inference while the predicted p99 keeps
    the margin, the smallest among near-equals (near capacity the delay buys nothing). Cut at
    once; raised only to the least delay recommended over DELAY_UP_WINDOW_S, with the wider
@@ -39,10 +37,10 @@ learning in `decide`; 3: `_demand`; 4: `_choose_replicas`; 5: `_choose_delay`):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from batchop.tuning import curve as curve_mod
+from batchop.tuning import sizing
 from batchop.tuning.forecast import trend
 from batchop.tuning.model import (
     LatencyCurve,
@@ -53,9 +51,7 @@ from batchop.tuning.model import (
 from batchop.tuning.types import Decision, Observation, TuningSpec, TuningState
 
 MARGIN = 0.85  # plan for p99 <= MARGIN x SLO
-HEADROOM = 0.10  # plan for this much more load than observed
-DOWN_HEADROOM = 0.15  # a lower replica count must also pass with this much more on top
-LEVEL_DOWN_HEADROOM = 0.05  # ... at a level, whose rate moves by a few percent, not by bursts
+HEADROOM = sizing.COLD_GROWTH - 1  # `batchop plan` sizes a steady rate as a cold start does
 STALE_INTERVALS = 2.5  # samples older than this many intervals are stale
 SETTLE_INTERVALS = 3  # after a change, windowed rates and p99 mix old and new this long
 STABILISATION_S = 60.0  # default scale-down window (TuningSpec.scale_down_window_s)
@@ -68,15 +64,8 @@ CORRECTION_ALPHA = 0.3  # EWMA weight of a new observed/predicted p99 ratio
 CORRECTION_BOUNDS = (0.8, 1.5)
 STEADY_RATE_CHANGE = 0.1  # rate or queue changes beyond this share of the rate: not steady
 RISING = 0.02  # a rate up by more than this share since the last tick is rising
-BURST_STEP = 1.5  # the burst factor grows at most this much per breach
-BURST_MAX = 3.0
-BURST_RELAX = 0.98  # per tick, while tested without trouble
-TESTED_SHARE = 0.7  # a load this near the remembered peak tests the burst factor
-RELAX_BELOW = 0.5  # ... when p99 stays under this share of the SLO
+BREACH_STEP = 1.5  # an observed breach scales up by at most this factor per tick
 REFUSED_BREACH = 0.005  # refusing more than this share of arrivals breaks the SLO too
-SHORT_MEMORY_S = 240.0  # how long a peak that never came back holds its replicas
-QUIET_SHARE = 0.5  # load below this share of the remembered peak is a quiet spell
-LEVEL_S = 240.0  # a load this long near its peak, with no burst in the window, is a level
 DEFAULT_STARTUP_S = 30.0  # replicas' startup until one has been seen
 P99_WINDOW_S = 60.0  # Triton's p99 summary still shows the past this long after a change or a fall
 DELAY_CEILING_S = 900.0  # how long a raise that broke the target bars that delay again
@@ -238,132 +227,6 @@ def _missing(obs: Observation) -> list[str]:
     return [n for n in names if getattr(obs, n) is None or not math.isfinite(getattr(obs, n))]
 
 
-def _faded(rps: float, at_s: float | None, t: float, memory_s: float) -> float:
-    """A peak of `rps` seen at `at_s`, remembered at t: held for memory_s, then fading
-    linearly over as long."""
-    if at_s is None or rps <= 0:
-        return 0.0
-    age = t - at_s
-    if age <= memory_s:
-        return rps
-    if memory_s <= 0:
-        return 0.0
-    return rps * max(0.0, 1.0 - (age - memory_s) / memory_s)
-
-
-def _remember(
-    state: TuningState, t: float, memory_s: float, peak_now: float
-) -> tuple[float, tuple[float, float | None], tuple[float, float | None]]:
-    """(the remembered peak before this tick, the peak kept, the next peak kept).
-
-    A peak at or above the remembered one replaces it. Once bursts recur, a lower one is
-    kept as the next peak (the highest since, by what is left of it now), which takes over
-    when the remembered peak has faded below it: with one slot a smaller burst that came
-    while a large one was held is forgotten, and its replicas go before it comes back."""
-    peak = (state.peak_rps, state.peak_at_s)
-    after = (state.next_peak_rps, state.next_peak_at_s)
-    before = _faded(*peak, t, memory_s)
-    left = _faded(*after, t, memory_s)
-    if left > before:
-        peak, after, before, left = after, (0.0, None), left, 0.0
-    if peak_now > 0 and peak_now >= before:
-        return before, (peak_now, t), (0.0, None)
-    if state.bursts_recur and peak_now > 0 and peak_now >= left:
-        after = (peak_now, t)
-    return before, peak, after
-
-
-def _level_since(state: TuningState, t: float, peak_now: float, arrivals: float) -> float | None:
-    """Since when the load has been a level (None: it is not one). After LEVEL_S of it, a
-    fall is a change of level, not the end of a burst: its replicas follow the load down
-    through the scale-down window instead of being held for the peak memory (diurnal: the
-    memory held a falling load's replicas minutes after it no longer needed them, 4-6% of
-    the GPU-seconds).
-
-    Near the peak kept (>= TESTED_SHARE) with the window's mean near its busiest interval
-    (no burst in it). An established level ends only with a burst in the window, not with
-    the fall (the window's mean lags a fall and would be remembered as a peak); a quiet
-    spell under a held burst is never near it, so it never becomes one."""
-    calm = peak_now > 0 and arrivals >= TESTED_SHARE * peak_now
-    near = peak_now >= TESTED_SHARE * state.peak_rps
-    since = state.level_since_s
-    if calm and since is not None and (near or t - since >= LEVEL_S):
-        return since
-    return t if calm and near else None
-
-
-def _recurrence(
-    state: TuningState, spec: TuningSpec, t: float, peak_now: float
-) -> tuple[float, float | None, bool, bool]:
-    """(the last burst, when, quiet since it, bursts recur): is this a burst that came back?
-
-    The last burst is kept apart from the remembered peak (which fades): a peak near it
-    after a quiet spell, within twice the long memory, is one that came back, and then the
-    peak memory is the long one."""
-    seen, seen_at = state.last_burst_rps, state.last_burst_s
-    quiet, recur = state.quiet_since_peak, state.bursts_recur
-    fresh = seen_at is not None and t - seen_at <= 2 * spec.peak_memory_s
-    if not fresh:
-        seen, seen_at, quiet, recur = 0.0, None, False, False
-    if peak_now > 0 and peak_now >= TESTED_SHARE * seen:
-        if quiet and fresh:
-            recur = True
-        seen, seen_at, quiet = max(peak_now, seen), t, False
-    elif peak_now < QUIET_SHARE * seen:
-        quiet = True
-    return seen, seen_at, quiet, recur
-
-
-def _learn_burst(
-    state: TuningState,
-    spec: TuningSpec,
-    *,
-    t: float,
-    p99_ms: float,
-    explained: bool,
-    refused_share: float,
-    sized_for: float,
-    peak_now: float,
-    remembered: float,
-    replicas: int,
-    replicas_for: Callable[[float], int],
-) -> tuple[float, float | None, str]:
-    """(burst factor, when last raised, a note). Raised when the SLO broke (or requests
-    were refused) although the replicas were sized for the load seen: the peaks hide bursts
-    shorter than a scrape interval (and a model that thinks a replica faster than it is).
-    Raised, as the HPA would scale, to what sizes `replicas` x the excess (at most x
-    BURST_STEP), once per P99_WINDOW_S (Triton's p99 shows an event that long), up to
-    BURST_MAX. Relaxed slowly while a load near the remembered peak leaves p99 well under
-    the SLO."""
-    factor = state.burst_factor
-    breach = (p99_ms > spec.slo_ms and not explained) or refused_share > REFUSED_BREACH
-    due = state.burst_learned_s is None or t - state.burst_learned_s >= P99_WINDOW_S
-    if breach and due and 0 < peak_now <= sized_for * (1 + HEADROOM):
-        excess = max(p99_ms / spec.slo_ms, 1.0 / max(1e-9, 1.0 - 2.0 * refused_share), 1.1)
-        want = replicas + max(1, math.ceil(replicas * (min(BURST_STEP, excess) - 1)))
-        raised = factor
-        while raised < BURST_MAX and replicas_for(remembered * raised) < want:
-            raised = min(BURST_MAX, raised * 1.05)
-        if raised > factor:
-            what = (
-                f"p99 {_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms"
-                if p99_ms > spec.slo_ms and not explained
-                else f"{refused_share:.1%} refused"
-            )
-            return (
-                raised,
-                t,
-                (
-                    f"{what} at a load sized for ({_fmt_rate(peak_now)} rps): burst factor "
-                    f"{factor:.2f} → {raised:.2f}"
-                ),
-            )
-    tested = remembered > 0 and peak_now >= TESTED_SHARE * remembered
-    if tested and not breach and 0 < p99_ms < RELAX_BELOW * spec.slo_ms and factor > 1:
-        factor = max(1.0, factor * BURST_RELAX)
-    return factor, state.burst_learned_s, ""
-
-
 def _learn_startup(state: TuningState, obs: Observation, t: float) -> float | None:
     """How long new replicas took to become ready (EWMA), once the last of them is."""
     started = state.last_scale_up_s
@@ -497,7 +360,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             correction = min(CORRECTION_BOUNDS[1], max(CORRECTION_BOUNDS[0], correction))
     model = _Model(spec, latency, correction)
 
-    # 3. Demand, and what it remembers of peaks and bursts.
+    # 3. Demand: the load now and what the sizing model expects of the horizon.
     demand, learned = _demand(obs, spec, state, model, now)
 
     # 4. Replicas.
@@ -559,6 +422,14 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
             f"{_fmt_rate(rps)} rps on {cur_n} replicas, delay {obs.delay_us:,} us, "
             f"batch {obs.avg_batch or 0:.1f}"
         )
+    startup = state.startup_s or DEFAULT_STARTUP_S
+    down_s = state.last_scale_down_s
+    reversal = kind_r == "scale-up" and down_s is not None and t - down_s <= 2 * startup
+    if reversal:
+        notes.append(
+            f"reverses the scale-down of {t - down_s:.0f} s ago (within two pod starts, "
+            f"{2 * startup:.0f} s)"
+        )
     reason = "; ".join(parts + notes)
     kind = "+".join(k for k in (kind_r, kind_d) if k) or "hold"
     return Decision(
@@ -568,6 +439,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
         state=new_state,
         kind=kind,
         predicted_p99_ms=_p99(final, correction),
+        reversal=reversal,
     )
 
 
@@ -575,24 +447,21 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
 class _Demand:
     """Step 3's outcome: the load to size for and what the later steps need to know of it."""
 
-    plan_rps: float  # the load to survive, plus HEADROOM
+    plan_rps: float  # the load to survive: the coverage quantile of the horizon's peak
+    hold_rps: float  # the load a lower count must serve: the same over two horizons
     why: str
-    at_level: bool
-    rising: bool  # a new, higher peak or refusals: arrivals, not a backlog
+    horizon_s: float  # a pod start plus one tick: how far ahead replicas asked for now serve
+    rising: bool  # a higher load than the last tick's, or refusals: arrivals, not a backlog
     draining: bool  # a backlog from the past is shrinking
     delay_explains: bool  # the delay alone would explain the observed p99's excess
-    burst_note: str
 
 
 def _demand(
     obs: Observation, spec: TuningSpec, state: TuningState, model: _Model, now: _Reading
 ) -> tuple[_Demand, TuningState]:
-    """Step 3: demand, what arrives (served + refused + the queue's growth), and the peaks
-    the rate window averages away; with the state updated by what it remembers of them.
-
-    A burst's peak is remembered for spec.peak_memory_s, so replicas are held between
-    bursts, then fades; the burst factor covers what even a scrape interval averages away,
-    learned from the SLO breaches the remembered peak let through."""
+    """Step 3: the load now (served + refused + the queue's growth, or the busiest scrape
+    interval since the last tick), and the load to size for: the sizing model's quantile of
+    what the next horizon brings (tuning.sizing), learned with this tick's load."""
     t, rps, p99_obs, growth = now.t, now.rps, now.p99_ms, now.growth
     refused = max(0.0, obs.rejected_rps or 0.0)
     served = rps
@@ -603,87 +472,48 @@ def _demand(
         served = min(rps, obs.peak_rps)
         refused = min(refused, max(0.0, obs.peak_rps - served))
     arrivals = max(0.0, served + refused + growth)
-    # Refusals are counters: rising, they are the present even while the p99 is not, once
-    # the last scale-up's own refusals (the load it answered) have left the rate window.
-    up_at = state.last_scale_up_s if state.last_scale_up_s is not None else -math.inf
-    refusals_current = now.p99_current or (
-        now.starting == 0
-        and t - up_at >= P99_WINDOW_S
-        and refused > (1 + STEADY_RATE_CHANGE) * state.last_refused_rps
-    )
     draining = growth < -STEADY_RATE_CHANGE * rps  # a backlog from the past is shrinking
-    # While a backlog drains the served rate overstates arrivals: no peak is learned then.
-    peak_now = arrivals if draining else max(arrivals, obs.peak_rps or 0.0)
-    # The memory is long only for bursts that came back: a one-off rise (a step, a ramp)
-    # is held SHORT_MEMORY_S, then fades as long again; a level only a tick (_level_since).
-    level_since = _level_since(state, t, peak_now, arrivals)
-    memory = spec.peak_memory_s if state.bursts_recur else min(spec.peak_memory_s, SHORT_MEMORY_S)
-    at_level = level_since is not None and t - level_since >= LEVEL_S
-    if at_level:
-        # the last tick's peak only: the burst factor still learns what it was sized for
-        memory = min(memory, spec.interval_s)
-    remembered_before, (peak, peak_at), (next_peak, next_at) = _remember(state, t, memory, peak_now)
-    seen, seen_at, quiet, recur = _recurrence(state, spec, t, peak_now)
-    remembered = max(remembered_before, peak_now)
+    # While a backlog drains the served rate overstates arrivals: the load is what arrives.
+    load = arrivals if draining else max(arrivals, obs.peak_rps or 0.0)
     delay_explains = spec.tune_delay and p99_obs - obs.delay_us / 1000.0 <= model.target
-    burst, burst_learned_s, burst_note = _learn_burst(
-        state,
-        spec,
-        t=t,
-        p99_ms=p99_obs if now.p99_current else 0.0,
-        explained=delay_explains,
-        refused_share=refused / arrivals if arrivals > 0 and refusals_current else 0.0,
-        sized_for=remembered_before * state.burst_factor,
-        peak_now=peak_now,
-        remembered=remembered,
-        replicas=obs.replicas,
-        replicas_for=lambda demand: model.replicas_for(
-            demand * (1 + HEADROOM),
-            spec.min_replicas,
-            spec.max_replicas,
-            spec.min_delay_us if spec.tune_delay else obs.delay_us,
-        ),
-    )
-    demand = max(arrivals, remembered * burst)
-    demand_why = (
-        f"peak {_fmt_rate(remembered)} rps" + (f" x burst {burst:.2f}" if burst > 1 else "")
-        if demand > arrivals
-        else f"{_fmt_rate(arrivals)} rps arriving"
-    )
+    # A p99 over the SLO at a load the replicas were sized for says the load was more than
+    # they serve, whatever the rate window shows (bursts shorter than a scrape interval
+    # hide in it): such a tick counts as the load its replicas could not serve.
+    # Two settled ticks, as for the forced scale-up below: one bad window may be a burst.
+    breach_note = ""
+    if now.breaches >= 2 and not delay_explains and not draining and now.ready > 0:
+        served_at_slo = now.ready * _capacity(model)
+        beyond = served_at_slo * min(BREACH_STEP, p99_obs / spec.slo_ms)
+        if beyond > load:
+            load = beyond
+            breach_note = (
+                f"p99 {_fmt_ms(p99_obs)} ms > SLO {_fmt_ms(spec.slo_ms)} ms on "
+                f"{_replicas(now.ready)}: counted as {_fmt_rate(load)} rps; "
+            )
+    horizon = (state.startup_s or DEFAULT_STARTUP_S) + spec.interval_s
+    memory = sizing.learn(state.sizing, t, load, horizon)
+    sized = sizing.size(memory, load, horizon, spec.coverage)
+    demand, hold = sized.rps, sized.hold_rps
+    demand_why = f"{breach_note}{_fmt_rate(load)} rps now x {sized.why}"
     if spec.forecast and obs.rate_history:
         ahead = (state.startup_s or DEFAULT_STARTUP_S) + spec.interval_s
         expected = trend(obs.rate_history, t, ahead)
         if expected is not None and expected > demand:
-            demand = expected
+            demand = hold = max(hold, expected)
             demand_why = f"trend: {_fmt_rate(expected)} rps expected in {ahead:.0f} s"
-    # A new, higher peak or refusals are arrivals, not a backlog: they do not wait.
-    rising = peak_now > remembered_before or refused > REFUSED_BREACH * arrivals
-    learned = replace(
-        state,
-        last_refused_rps=refused,
-        peak_rps=peak,
-        peak_at_s=peak_at,
-        next_peak_rps=next_peak,
-        next_peak_at_s=next_at,
-        last_burst_rps=seen,
-        last_burst_s=seen_at,
-        quiet_since_peak=quiet,
-        bursts_recur=recur,
-        level_since_s=level_since,
-        burst_factor=burst,
-        burst_learned_s=burst_learned_s,
-    )
+    before = state.sizing.loads[-1][1] if state.sizing.loads else 0.0
+    rising = load > (1 + RISING) * before or refused > REFUSED_BREACH * arrivals
     return (
         _Demand(
-            plan_rps=demand * (1 + HEADROOM),
+            plan_rps=demand,
+            hold_rps=hold,
             why=demand_why,
-            at_level=at_level,
+            horizon_s=horizon,
             rising=rising,
             draining=draining,
             delay_explains=delay_explains,
-            burst_note=burst_note,
         ),
-        learned,
+        replace(state, last_refused_rps=refused, sizing=memory),
     )
 
 
@@ -718,22 +548,20 @@ def _choose_replicas(
     if obs.schedulable_headroom is not None:
         hi = min(hi, max(cur_n, spec.min_replicas) + max(0, obs.schedulable_headroom))
     hi = max(hi, spec.min_replicas)
-    # Replicas are sized at the delay best for latency (the smallest one, when tuned).
+    # Replicas are sized at the delay best for latency (the smallest one, when tuned). The
+    # same size decides both directions (see tuning.sizing).
     lat_delay = spec.min_delay_us if spec.tune_delay else obs.delay_us
     need_up = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, lat_delay)
-    down_headroom = LEVEL_DOWN_HEADROOM if demand.at_level else DOWN_HEADROOM
-    need_down = model.replicas_for(
-        plan_rps * (1 + down_headroom), spec.min_replicas, spec.max_replicas, lat_delay
-    )
+    need_down = model.replicas_for(demand.hold_rps, spec.min_replicas, spec.max_replicas, lat_delay)
     rec = max(need_up, min(max(cur_n, spec.min_replicas), need_down))
     why = (
         f"predicted p99 {_fmt_ms(model.p99(plan_rps / max(1, cur_n), obs.delay_us))} ms"
         f" vs target {_fmt_ms(model.target)} ms at {_fmt_rate(plan_rps)} rps "
-        f"({demand.why} + {HEADROOM:.0%})"
+        f"({demand.why})"
     )
     # An observed p99 over the SLO on two settled ticks (once Triton's summary shows the
     # present) scales up even when the model disagrees, HPA-like: in proportion to the
-    # excess, at most by half per tick; the burst factor (raised above) remembers it.
+    # excess, at most by BREACH_STEP per tick.
     if (
         now.breaches >= 2
         and rps > 0
@@ -741,7 +569,7 @@ def _choose_replicas(
         and not demand.draining
         and rec <= cur_n
     ):
-        factor = min(BURST_STEP, p99_ms / spec.slo_ms)
+        factor = min(BREACH_STEP, p99_ms / spec.slo_ms)
         forced = cur_n + max(1, math.ceil(cur_n * (factor - 1)))
         if forced > rec:
             rec = forced
@@ -755,8 +583,6 @@ def _choose_replicas(
     if rec > cur_n and recent_up and now.growth <= STEADY_RATE_CHANGE * rps and not demand.rising:
         notes.append(f"{rec} replicas suggested; waiting for the last scale-up to show")
         rec = cur_n
-    if demand.burst_note:
-        notes.append(demand.burst_note)
     # Fewer replicas only while the SLO holds: a model that sees room while the observed
     # p99 breaks the SLO is wrong here (seen on a starved machine: 3 → 2 → 3 replicas).
     if rec < cur_n and rps > 0 and now.p99_current and p99_ms > spec.slo_ms:
@@ -768,7 +594,10 @@ def _choose_replicas(
     rec = min(max(rec, spec.min_replicas), spec.max_replicas)
     if not recs:  # no history: the running count is the recommendation to wait out
         recs = ((t, cur_n),)
-    recs = tuple((ts, n) for ts, n in recs if ts > t - spec.scale_down_window_s) + ((t, rec),)
+    # Down only to the most recommended over the scale-down window; the sizing's hold
+    # already keeps what the busiest load of the last two horizons needs.
+    window = spec.scale_down_window_s
+    recs = tuple((ts, n) for ts, n in recs if ts > t - window) + ((t, rec),)
     if rec > cur_n:
         replicas = min(rec, hi)
         if replicas < rec:
@@ -777,10 +606,7 @@ def _choose_replicas(
         window_max = max(n for _, n in recs)
         replicas = min(cur_n, max(rec, window_max))
         if rec < cur_n and replicas == cur_n:
-            notes.append(
-                f"{rec} replicas would do; scale-down waits for the "
-                f"{spec.scale_down_window_s:.0f} s window"
-            )
+            notes.append(f"{rec} replicas would do; scale-down waits for the {window:.0f} s window")
     replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
     if obs.schedulable_headroom is not None and replicas > cur_n:
         # minReplicas is the user's floor: it wins over what the cluster can schedule.
@@ -792,8 +618,7 @@ def _choose_replicas(
         why = (
             f"load {_fmt_rate(rps)} rps fits {_replicas(replicas)} (predicted p99 "
             f"{_fmt_ms(model.p99(plan_rps / max(1, replicas), obs.delay_us))} ms, target "
-            f"{_fmt_ms(model.target)} ms), the most recommended in the last "
-            f"{spec.scale_down_window_s:.0f} s"
+            f"{_fmt_ms(model.target)} ms), the most recommended in the last {window:.0f} s"
         )
     if need_up >= spec.max_replicas and not model.fits(plan_rps / spec.max_replicas, (lat_delay,)):
         notes.append(f"SLO margin not reachable within maxReplicas {spec.max_replicas}")

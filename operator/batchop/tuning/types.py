@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from batchop.tuning.sizing import Memory
+
 
 @dataclass(frozen=True)
 class TuningSpec:
@@ -36,12 +38,16 @@ class TuningSpec:
     # from a profile. The policy refines it from observations.
     prior_batch_latency_ms: tuple[tuple[int, float], ...] = ()
     # Scale-down stabilisation window: replicas fall only to the highest count recommended
-    # this long (spec.autotune.scaleDownStabilizationSeconds). Short, because the peak
-    # memory below, not this window, is what holds replicas between bursts.
+    # this long (spec.autotune.scaleDownStabilizationSeconds). Short, because the sizing
+    # (tuning.sizing), not this window, is what holds replicas between bursts.
     scale_down_window_s: float = 60.0
-    # How long a burst's peak rate keeps its replicas (spec.autotune.burstMemorySeconds);
-    # after it the remembered peak fades linearly over as long again.
+    # How far back the recent peak reaches that places the load in its band of the sizing
+    # model (spec.autotune.burstMemorySeconds): a burst this long ago still marks a quiet
+    # spell as one between bursts.
     peak_memory_s: float = 600.0
+    # The share of pod-start horizons whose busiest load the replicas are sized for
+    # (spec.autotune.coverage): the one knob that trades GPUs for attainment.
+    coverage: float = 0.95
     # Floor replicas by a trend of the recent rate (spec.autotune.forecast); off by default.
     forecast: bool = False
     # Overload guard (spec.overload): refuse requests that waited past the queue timeout
@@ -126,29 +132,8 @@ class TuningState:
     # A raise that broke the target: no delay this long or longer at a rate per replica near
     # or above the one it failed at, for DELAY_CEILING_S (delay, rate per replica, when).
     delay_ceiling: tuple[int, float, float] | None = None
-    # The highest arrival rate seen lately and when: replicas are sized for it until it fades.
-    peak_rps: float = 0.0
-    peak_at_s: float | None = None
-    # Once bursts recur: the busiest interval seen since that peak (lower than it) and when.
-    # It takes over when the peak has faded below it, so a smaller burst that came later
-    # holds its replicas for its own memory (bert-base-like azure-code: a burst of 5,500
-    # req/s over 10 s some 9 minutes after a larger one, another 10 minutes after it).
-    next_peak_rps: float = 0.0
-    next_peak_at_s: float | None = None
-    # How much above the remembered peak the load must be sized for: a burst shorter than a
-    # scrape interval hides from the peak too. Learned from breaches, relaxed when tested.
-    burst_factor: float = 1.0
-    # The last burst (the busiest interval before the load fell quiet), whether the load
-    # fell quiet since, and whether a burst came back after such a spell (then the peak
-    # memory is the long one).
-    last_burst_rps: float = 0.0
-    last_burst_s: float | None = None
-    quiet_since_peak: bool = False
-    bursts_recur: bool = False
-    # Since when the load has been a level (near its peak, no burst inside the rate window):
-    # after LEVEL_S of it, a fall is a change of level and the peak is not held.
-    level_since_s: float | None = None
-    burst_learned_s: float | None = None
+    # What the sizing model has learned of this model's traffic (tuning.sizing).
+    sizing: Memory = field(default_factory=Memory)
     # How long a new replica took to become ready (learned; the forecast looks this far).
     startup_s: float | None = None
 
@@ -163,6 +148,9 @@ class Decision:
     state: TuningState
     kind: str = "hold"  # hold | scale-up | scale-down | delay-up | delay-down | ...
     predicted_p99_ms: float | None = None
+    # A scale-up within two pod starts of the last scale-down: GPUs given back and asked
+    # for again before pods asked for then could have been ready.
+    reversal: bool = False
 
     def changes(self, obs: Observation) -> bool:
         return self.replicas != obs.replicas or self.delay_us != obs.delay_us
