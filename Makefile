@@ -60,6 +60,7 @@ demo: install cluster-binaries
 
 bench: install
 	$(BIN)/batchop bench --out bench/results
+	$(BIN)/python -m batchop_dev.family_bench --out bench/results
 	$(BIN)/python bench/sim_speed.py
 
 clean:

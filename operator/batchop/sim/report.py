@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from batchop.sim.engine import SimRun
+from batchop.sim.score import reversals
 from batchop.sim.scrape import nearest_rank
 
 
@@ -83,6 +84,8 @@ def summarize(run: SimRun, slo_ms: float) -> dict[str, Any]:
         "served_p99_ms": nearest_rank(latency[served], 0.99) * 1000.0 if served.any() else None,
         "decisions_count": len(run.decisions),
         "max_replicas_used": max(h[1] for h in run.history),
+        # scale-downs undone by a scale-up within two pod starts (batchop.sim.score)
+        "reversals": len(reversals(run.history, run.profile.startup_seconds)),
     }
     for key in ("p50_ms", "p99_ms", "mean_ms"):
         if result[key] is not None and not np.isfinite(result[key]):

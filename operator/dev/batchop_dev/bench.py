@@ -76,6 +76,7 @@ RESULT_KEYS = (
     "rejected",
     "max_replicas_used",
     "decisions_count",
+    "reversals",
 )
 # The rows whose lost windows bench.md explains: batchop's, and the two oracles' to compare.
 LOST_WINDOW_POLICIES = ("batchop", "reactive-oracle", "oracle")
@@ -748,16 +749,16 @@ def ratio_lines(summaries: list[dict[str, Any]]) -> list[str]:
 def markdown(rows: list[dict[str, Any]]) -> str:
     head = (
         "| profile | trace | SLO ms | policy | window att. | SLO att. | p99 ms | served p99 ms "
-        "| rejected | GPU-s | busy GPU-s | avg batch | max repl. | x oracle | x best hpa "
-        "| targets |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| rejected | GPU-s | busy GPU-s | avg batch | max repl. | reversals | x oracle "
+        "| x best hpa | targets |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in rows:
         if "error" in r:
             lines.append(
                 f"| {r['profile_name']} | {r['trace_name']} | {r['slo_ms']:g} | {r['label']} "
-                f"| error: {r['error'][:60]} |||||||||||\n"
+                f"| error: {r['error'][:60]} ||||||||||||\n"
             )
             continue
 
@@ -773,13 +774,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"| {f('p99_ms', '.1f')} | {f('served_p99_ms', '.1f')} | {r.get('rejected', '-')} "
             f"| {f('gpu_seconds', '.0f')} | {f('gpu_busy_seconds', '.0f')} "
             f"| {f('avg_batch_size', '.1f')} | {r.get('max_replicas_used', '-')} "
-            f"| {f('x_oracle', '.2f')} | {f('x_best_hpa', '.2f')} | {target} |\n"
+            f"| {r.get('reversals', '-')} | {f('x_oracle', '.2f')} "
+            f"| {f('x_best_hpa', '.2f')} | {target} |\n"
         )
     legend = (
         "\nwindow att.: share of 60 s windows whose p99 <= SLO; SLO att.: share of requests "
         "sent that were served within the SLO; served p99: over served requests only; "
         "rejected: refused by the overload guard (on, the API's default); GPU-s: GPUs "
-        "allocated x time (starting pods included); busy GPU-s: time executing; x oracle / "
+        "allocated x time (starting pods included); busy GPU-s: time executing; reversals: "
+        "scale-downs undone by a scale-up within two pod starts; x oracle / "
         "x best hpa: GPU-s relative to the oracle and to the best-tuned hpa/keda (in bold) of "
         "the same profile x trace; hpa F: requests/s per replica at F x one replica's capacity.\n"
     )
