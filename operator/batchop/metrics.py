@@ -77,6 +77,13 @@ class OperatorMetrics:
             [*BM_LABELS, "kind", "reason"],
             registry=r,
         )
+        self.reversals = Counter(
+            "batchop_reversals",
+            "Scale-ups within two pod starts of the model's last scale-down: GPUs given back "
+            "and asked for again before pods asked for then could have been ready.",
+            BM_LABELS,
+            registry=r,
+        )
         self.last_decision_time = Gauge(
             "batchop_last_decision_timestamp_seconds",
             "Unix time of the last decision that changed something.",
@@ -182,6 +189,11 @@ class OperatorMetrics:
         self.decisions.labels(*labels).inc()
         self._remember(self.decisions, labels)
         self.last_decision_time.labels(namespace, name).set(time.time() if when is None else when)
+
+    def record_reversal(self, namespace: str, name: str) -> None:
+        labels = (namespace, name)
+        self.reversals.labels(*labels).inc()
+        self._remember(self.reversals, labels)
 
     def set_state(
         self,
@@ -341,6 +353,10 @@ def record_decision(
     namespace: str, name: str, kind: str, reason: str, when: float | None = None
 ) -> None:
     METRICS.record_decision(namespace, name, kind, reason, when)
+
+
+def record_reversal(namespace: str, name: str) -> None:
+    METRICS.record_reversal(namespace, name)
 
 
 def set_state(

@@ -161,6 +161,7 @@ def valid_manifests(draw: st.DrawFn) -> Manifest:
     if draw(st.booleans()):
         autotune["queueDelay"] = draw(st.booleans())
         autotune["intervalSeconds"] = draw(st.integers(5, 3600))
+        autotune["coverage"] = draw(st.floats(0.5, 0.999))
     if draw(st.booleans()):
         autotune["prometheusUrl"] = "http://prometheus.monitoring:9090"
     spec["autotune"] = autotune
@@ -393,6 +394,16 @@ MUTATIONS: list[tuple[str, Callable[[Manifest], None], str]] = [
         "interval-too-short",
         _set("spec.autotune.intervalSeconds", 1),
         "spec.autotune.intervalSeconds",
+    ),
+    (
+        "coverage-too-low",
+        _set("spec.autotune.coverage", 0.2),
+        "spec.autotune.coverage",
+    ),
+    (
+        "coverage-certain",
+        _set("spec.autotune.coverage", 1.0),
+        "spec.autotune.coverage",
     ),
     (
         "prometheus-not-url",

@@ -70,6 +70,7 @@ def test_wire_format_is_camel_case() -> None:
         "replicas",
         "intervalSeconds",
         "scaleDownStabilizationSeconds",
+        "coverage",
         "burstMemorySeconds",
         "forecast",
     }

@@ -212,6 +212,32 @@ def test_a_recorded_decision_is_what_the_deployment_and_pods_get() -> None:
     assert len(h.reloads) == 1
 
 
+def test_a_reversal_is_counted_and_raised_as_a_warning_event() -> None:
+    from batchop import metrics
+
+    def reverse(obs: Observation, spec: Any, state: TuningState) -> Decision:
+        why = "stand-in: up; reverses the scale-down of 40 s ago"
+        return Decision(obs.replicas + 1, obs.delay_us, why, state, kind="scale-up",
+                        reversal=True)  # fmt: skip
+
+    def count() -> float:
+        ns, name = h.w.cluster.model["metadata"]["namespace"], h.w.cluster.model["metadata"]["name"]
+        got = metrics.METRICS.registry.get_sample_value(
+            "batchop_reversals_total", {"namespace": ns, "batchedmodel": name}
+        )
+        return got or 0.0
+
+    h = Harness(busy(p99_ms=12.0), decide=reverse)
+    before = count()
+    h.loop.tick()
+    warnings = [e for e in h.w.events if e[0] == "Warning" and e[1] == "ScaleReversed"]
+    assert len(warnings) == 1 and "reverses the scale-down" in warnings[0][2]
+    assert count() == before + 1
+    plain = Harness(busy(p99_ms=12.0), decide=scale_to_max)
+    plain.loop.tick()
+    assert not [e for e in plain.w.events if e[1] == "ScaleReversed"]
+
+
 def test_a_changed_overload_spec_reloads_pods_without_touching_the_template() -> None:
     h = Harness(busy(p99_ms=12.0), decide=hold)
     h.loop.tick()

@@ -320,7 +320,7 @@ def test_noisy_steady_load_rarely_changes(loop, noise: float, rps: float, seed: 
 @settings(max_examples=40, deadline=None)
 def test_scale_down_only_after_stabilisation_window(loop, high: float, window: float) -> None:
     spec, pts = loop
-    spec = replace(spec, scale_down_window_s=window, peak_memory_s=0.0)  # the window alone
+    spec = replace(spec, scale_down_window_s=window)
     per_tick = int(window / spec.interval_s)
     rates = [high] * 10 + [high / 20] * (3 * per_tick)
     history = _run(spec, pts, rates, 1, 0)

@@ -723,16 +723,24 @@ class AutotuneSpec(APIModel):
         le=3600,
         description="Replicas fall only to the highest count recommended over this many "
         "seconds (as the HPA's scale-down stabilization window). Short by default: the "
-        "burst memory, not this window, holds replicas between bursts.",
+        "sizing (coverage), not this window, holds replicas between bursts.",
+    )
+    coverage: float = Field(
+        default=0.95,
+        ge=0.5,
+        le=0.999,
+        description="The share of pod-start horizons whose busiest load the replicas are "
+        "sized for, learned from this model's own traffic: higher holds more GPUs for "
+        "rarer rises (0.99: all but 1 in 100 rises within a pod start are met by replicas "
+        "already there), lower gives them back sooner. The one knob between GPUs and "
+        "attainment (docs/policy.md).",
     )
     burst_memory_seconds: int = Field(
         default=600,
         ge=0,
         le=3600,
-        description="Replicas stay sized for the highest short-window arrival rate seen "
-        "this many seconds; then that peak fades linearly over as long again. The full "
-        "memory is for bursts that recur: a one-off rise is held at most 240 s, and a "
-        "level (a load near its peak for 240 s with no burst) not at all once it falls.",
+        description="Deprecated and ignored: the sizing learned at `coverage` replaced the "
+        "remembered peak. Accepted so that manifests that set it still apply.",
     )
     forecast: bool = Field(
         default=False,

@@ -60,7 +60,7 @@ def tuning_spec(
         tune_replicas=spec.autotune.replicas,
         interval_s=float(spec.autotune.interval_seconds),
         scale_down_window_s=float(spec.autotune.scale_down_stabilization_seconds),
-        peak_memory_s=float(spec.autotune.burst_memory_seconds),
+        coverage=float(spec.autotune.coverage),
         forecast=spec.autotune.forecast,
         gpus_per_replica=spec.server.gpus,
         prior_batch_latency_ms=prior_batch_latency_ms or spec.model.profile_points(),

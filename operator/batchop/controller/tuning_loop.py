@@ -277,6 +277,9 @@ class TuningLoop:
         log.info("%s/%s: %s", *key, decision.reason)
         self.handlers.post(bm, "Normal", "Tuned", f"{decision.kind}: {decision.reason}")
         metrics.record_decision(*key, decision.kind, decision.reason, now)
+        if decision.reversal:
+            metrics.record_reversal(*key)
+            self.handlers.post(bm, "Warning", "ScaleReversed", decision.reason)
         if decision.replicas != obs.replicas and written is not None:
             base, patch = written  # the Deployment is rendered from the recorded decision
             self.handlers.reconcile({**base, "status": {**(base.get("status") or {}), **patch}})

@@ -41,10 +41,6 @@ class TuningSpec:
     # this long (spec.autotune.scaleDownStabilizationSeconds). Short, because the sizing
     # (tuning.sizing), not this window, is what holds replicas between bursts.
     scale_down_window_s: float = 60.0
-    # How far back the recent peak reaches that places the load in its band of the sizing
-    # model (spec.autotune.burstMemorySeconds): a burst this long ago still marks a quiet
-    # spell as one between bursts.
-    peak_memory_s: float = 600.0
     # The share of pod-start horizons whose busiest load the replicas are sized for
     # (spec.autotune.coverage): the one knob that trades GPUs for attainment.
     coverage: float = 0.95
