@@ -238,6 +238,24 @@ def test_a_reversal_is_counted_and_raised_as_a_warning_event() -> None:
     assert not [e for e in plain.w.events if e[1] == "ScaleReversed"]
 
 
+def test_a_new_process_resumes_what_status_learned_and_writes_it_back() -> None:
+    h = Harness(busy(p99_ms=12.0))
+    key = (h.w.cluster.model["metadata"]["namespace"], h.w.cluster.model["metadata"]["name"])
+    labels = [[NOW_S - 600.0 + 15.0 * i, 400.0, 1.5, 1.6] for i in range(10)]
+    h.w.cluster.model["status"]["learned"] = {"growth": labels, "startupSeconds": 42.0}
+    h.loop.tick()
+    state = h.loop.states[key]
+    assert state.startup_s == 42.0
+    assert [lab[0] for lab in state.sizing.labels[:10]] == [row[0] for row in labels]
+    kept = h.w.cluster.model["status"]["learned"]
+    assert kept["startupSeconds"] == 42.0 and len(kept["growth"]) >= 10
+    # A process that already holds a state does not read status again.
+    h.w.cluster.model["status"]["learned"] = {"growth": [], "startupSeconds": 7.0}
+    h.now += 15
+    h.loop.tick()
+    assert h.loop.states[key].startup_s == 42.0
+
+
 def test_a_changed_overload_spec_reloads_pods_without_touching_the_template() -> None:
     h = Harness(busy(p99_ms=12.0), decide=hold)
     h.loop.tick()

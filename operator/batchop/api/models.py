@@ -893,6 +893,29 @@ class LastDecision(StatusModel):
     )
 
 
+class Learned(StatusModel):
+    """What the tuner has learned of this model, kept so an operator restart resumes it
+    (batchop.tuning.persist). Written with the status writes that happen anyway."""
+
+    curve: list[Annotated[list[float], Field(max_length=3)]] | None = Field(
+        default=None,
+        max_length=64,
+        description="The learned batch-latency curve: [batch, compute ms, weight] buckets.",
+    )
+    p99_correction: float | None = Field(
+        default=None, description="Observed / predicted p99 at the running configuration."
+    )
+    startup_seconds: float | None = Field(
+        default=None, description="How long a new replica took to become ready."
+    )
+    growth: list[Annotated[list[float], Field(max_length=4)]] | None = Field(
+        default=None,
+        max_length=4000,
+        description="The sizing's labels: [tick time (epoch s), load req/s, growth over one "
+        "horizon, over two], the last hour of ticks.",
+    )
+
+
 class Condition(StatusModel):
     """A metav1.Condition: one aspect of the BatchedModel's state."""
 
@@ -938,6 +961,9 @@ class BatchedModelStatus(StatusModel):
     metrics: Metrics | None = Field(default=None, description="Latest observed metrics.")
     last_decision: LastDecision | None = Field(
         default=None, description="The tuner's latest change."
+    )
+    learned: Learned | None = Field(
+        default=None, description="What the tuner has learned (survives a restart)."
     )
     conditions: list[Condition] | None = Field(
         default=None,

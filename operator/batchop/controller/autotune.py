@@ -21,6 +21,7 @@ from batchop.api.models import AutotuneSpec, BatchingSpec
 from batchop.api.tuning_spec import manifest_tuning_spec
 from batchop.controller.status import Condition, format_time, merge_conditions
 from batchop.tuning.overload import QueuePolicy, queue_policy
+from batchop.tuning.persist import learned
 from batchop.tuning.policy import stale_after_s
 from batchop.tuning.types import Decision, Observation, TuningSpec
 
@@ -240,6 +241,9 @@ def tuner_status(
     }
     if applied is not None:
         status["maxQueueDelayMicroseconds"] = applied
+    if decision is not None:
+        # Rides on a write that happens anyway: a restart resumes from the last one.
+        status["learned"] = learned(decision.state, now.timestamp())
     if decision is not None and decision.changes(obs):
         status["lastDecision"] = {
             "time": format_time(now),

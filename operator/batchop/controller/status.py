@@ -304,7 +304,13 @@ def compute_status(
     return status
 
 
+# Fields that ride on a status write but never cause one: status.learned changes every
+# tick (the sizing labels a tick each time), and a write per tick per model is what the
+# tuner avoids (no API call in a steady tick).
+RIDERS = ("learned",)
+
+
 def status_differs(current: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> bool:
     """Whether writing `patch` would change the stored status (so a write is needed)."""
     current = current or {}
-    return any(current.get(key) != value for key, value in patch.items())
+    return any(current.get(key) != value for key, value in patch.items() if key not in RIDERS)

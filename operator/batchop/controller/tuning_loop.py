@@ -54,6 +54,7 @@ from batchop.observe.prometheus import (
 from batchop.tuning import decide as policy_decide
 from batchop.tuning.forecast import HISTORY_S as FORECAST_HISTORY_S
 from batchop.tuning.overload import QueuePolicy, queue_policy
+from batchop.tuning.persist import restore
 from batchop.tuning.policy import stale_after_s
 from batchop.tuning.types import TuningSpec, TuningState
 
@@ -232,7 +233,10 @@ class TuningLoop:
         )
         if missing is None and parts.get(key) is None:
             missing = "no Triton series for this model in Prometheus yet"
-        decision = self.decide(obs, spec, self.states.get(key, TuningState()))
+        state = self.states.get(key)
+        if state is None:  # a new model, or this process is new: resume what status kept
+            state = restore((bm.get("status") or {}).get("learned"), now)
+        decision = self.decide(obs, spec, state)
         self.states[key] = decision.state
         when = datetime.fromtimestamp(now, UTC)
         applied = applied_delay(pods)
