@@ -101,6 +101,12 @@ def emit(obj: Any, fmt: str, out: TextIO | None = None, path: str | None = None)
     if path in (None, "-"):
         (out or sys.stdout).write(text)
         return
+    write_whole(path, text)
+
+
+def write_whole(path: str, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a temporary file beside it, renamed over
+    it, so a reader never sees half of it and a failure leaves the old file as it was."""
     import os
     import tempfile
     from pathlib import Path

@@ -18,7 +18,6 @@ beside it.
 from __future__ import annotations
 
 import math
-import os
 import socket
 import statistics
 import tempfile
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from batchop.cli.output import write_whole
 
 # The API's latencyProfile holds at most 32 points; a profile may hold more, but one curve
 # for both keeps `batchop profile -o yaml` and the profile file the same measurement.
@@ -445,19 +446,6 @@ def manifest_fields(m: Measurement) -> dict[str, Any]:
     }
 
 
-def write_atomically(path: str | Path, text: str) -> None:
-    """Write `text` to `path` whole or not at all (a temporary file renamed over it)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_profile(path: str | Path, document: str) -> None:
     """Write the profile, whole, once it is known that `batchop plan`/`simulate` read it."""
     from batchop.sim.profile import ProfileError, load_profile
@@ -469,7 +457,7 @@ def write_profile(path: str | Path, document: str) -> None:
             load_profile(probe)
         except ProfileError as exc:  # a bug here, never the user's input
             raise RuntimeError(f"the measured profile does not read back: {exc}") from None
-    write_atomically(path, document)
+    write_whole(str(path), document)
 
 
 def local_endpoint(namespace: str, name: str, kubeconfig: str | None) -> tuple[str, str]:
