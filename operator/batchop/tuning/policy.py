@@ -513,7 +513,7 @@ def _demand(
             draining=draining,
             delay_explains=delay_explains,
         ),
-        replace(state, last_refused_rps=refused, sizing=memory),
+        replace(state, sizing=memory),
     )
 
 

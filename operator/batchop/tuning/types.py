@@ -109,9 +109,8 @@ class TuningState:
     # The previous tick's time and pending requests, to see a backlog grow (demand > served).
     last_time_s: float | None = None
     last_pending: float | None = None
-    # The previous tick's request rate, and refused rate.
+    # The previous tick's request rate.
     last_rps: float | None = None
-    last_refused_rps: float = 0.0
     # The last tick that saw replicas still starting (their effect shows only after).
     last_starting_s: float | None = None
     # The first tick that saw them all ready: windowed rates and Triton's p99 summary show
