@@ -496,7 +496,7 @@ def _demand(
     demand, hold = sized.rps, sized.hold_rps
     demand_why = f"{breach_note}{_fmt_rate(load)} rps now x {sized.why}"
     if spec.forecast and obs.rate_history:
-        ahead = (state.startup_s or DEFAULT_STARTUP_S) + spec.interval_s
+        ahead = horizon  # the trend looks as far as the sizing does
         expected = trend(obs.rate_history, t, ahead)
         if expected is not None and expected > demand:
             demand = hold = max(hold, expected)

@@ -161,6 +161,8 @@ def analyse(rows: list[dict[str, Any]], default: float) -> dict[str, Any]:
 
 def targets(cases: list[dict[str, Any]]) -> dict[str, Any]:
     """The issue's targets, per split, for the default setting."""
+    from batchop.sim.family import PASS_S
+
     out: dict[str, Any] = {}
     for split in ("tuning", "held-out"):
         cs = [c for c in cases if c["split"] == split]
@@ -188,7 +190,9 @@ def targets(cases: list[dict[str, Any]]) -> dict[str, Any]:
             "jump_cases_le_0.8x_best_rule": len(cheap),
             "requests_ge_0.99_where_reachable": f"{met_99}/{len(need)}",
             "smooth_x_oracle_max": max((c["x_oracle"] for c in smooth), default=None),
-            "reversals_per_hour_mean": sum(c["default"]["reversals"] for c in cs) * 2 / len(cs),
+            "reversals_per_hour_mean": sum(c["default"]["reversals"] for c in cs)
+            * (3600.0 / PASS_S)
+            / len(cs),
         }
     return out
 
