@@ -16,24 +16,8 @@ from typing import Any
 import numpy as np
 
 from batchop.sim.engine import SimRun
-from batchop.sim.score import reversals
+from batchop.sim.score import group_quantile, reversals
 from batchop.sim.scrape import nearest_rank
-
-
-def _group_quantile(keys: np.ndarray, values: np.ndarray, q: float, n_groups: int) -> np.ndarray:
-    """Nearest-rank quantile of `values` per integer key in [0, n_groups); NaN when empty.
-    Keys come from sorted arrival times, so groups are usually contiguous slices already."""
-    out = np.full(n_groups, np.nan)
-    if len(keys) == 0:
-        return out
-    if np.any(keys[1:] < keys[:-1]):
-        order = np.argsort(keys, kind="stable")
-        keys, values = keys[order], values[order]
-    bounds = np.searchsorted(keys, np.arange(n_groups + 1))
-    for g in range(n_groups):
-        if bounds[g + 1] > bounds[g]:
-            out[g] = nearest_rank(values[bounds[g] : bounds[g + 1]], q)
-    return out
 
 
 def gpu_seconds(run: SimRun) -> float:
@@ -58,7 +42,7 @@ def summarize(run: SimRun, slo_ms: float) -> dict[str, Any]:
     keys = (store.arrival[:n] // window).astype(np.int64)
     n_windows = int(np.ceil(run.end_s / window)) if run.end_s > 0 else 0
     keys = np.minimum(keys, max(n_windows - 1, 0))
-    win_p99 = _group_quantile(keys, latency, 0.99, n_windows)
+    win_p99 = group_quantile(keys, latency, 0.99, n_windows)
     occupied = ~np.isnan(win_p99)
     met = np.count_nonzero(win_p99[occupied] <= slo_s)
     gpus = run.profile.gpus_per_replica
@@ -148,12 +132,12 @@ def timeline(run: SimRun, slo_ms: float) -> list[dict[str, Any]]:
     arrival = store.arrival[:n]
     keys = np.minimum((arrival // step).astype(np.int64), n_bins - 1)
     latency = store.end[:n] - arrival
-    p99 = _group_quantile(keys, latency, 0.99, n_bins)
+    p99 = group_quantile(keys, latency, 0.99, n_bins)
     counts = np.bincount(keys, minlength=n_bins)
     refused_mask = np.isfinite(store.rejected[:n])
     refused = np.bincount(keys[refused_mask], minlength=n_bins)
     served = np.isfinite(latency)
-    served_p99 = _group_quantile(keys[served], latency[served], 0.99, n_bins)
+    served_p99 = group_quantile(keys[served], latency[served], 0.99, n_bins)
     batch = store.batch[:n]
     execs = np.bincount(
         keys, weights=np.where(batch > 0, 1.0 / np.maximum(batch, 1), 0.0), minlength=n_bins

@@ -18,6 +18,22 @@ from batchop.sim.scrape import nearest_rank
 WINDOW_S = 60.0  # window attainment counts minute windows, as `batchop simulate` does
 
 
+def group_quantile(keys: np.ndarray, values: np.ndarray, q: float, n_groups: int) -> np.ndarray:
+    """Nearest-rank quantile of `values` per integer key in [0, n_groups); NaN when empty.
+    Keys come from sorted arrival times, so groups are usually contiguous slices already."""
+    out = np.full(n_groups, np.nan)
+    if len(keys) == 0:
+        return out
+    if np.any(keys[1:] < keys[:-1]):
+        order = np.argsort(keys, kind="stable")
+        keys, values = keys[order], values[order]
+    bounds = np.searchsorted(keys, np.arange(n_groups + 1))
+    for g in range(n_groups):
+        if bounds[g + 1] > bounds[g]:
+            out[g] = nearest_rank(values[bounds[g] : bounds[g + 1]], q)
+    return out
+
+
 @dataclass(frozen=True)
 class SpanScore:
     """What a run did over [start_s, end_s): requests by arrival time, GPUs by allocation."""
@@ -52,11 +68,10 @@ def span(run: SimRun, slo_ms: float, start_s: float, end_s: float) -> SpanScore:
     met_windows = windows = 0
     if n:
         keys = ((arrival[lo:hi] - start_s) // WINDOW_S).astype(np.int64)
-        bounds = np.searchsorted(keys, np.arange(int(keys[-1]) + 2))
-        for w in range(len(bounds) - 1):
-            if bounds[w + 1] > bounds[w]:
-                windows += 1
-                met_windows += nearest_rank(latency[bounds[w] : bounds[w + 1]], 0.99) <= slo_s
+        win_p99 = group_quantile(keys, latency, 0.99, int(keys[-1]) + 1)
+        occupied = ~np.isnan(win_p99)
+        windows = int(np.count_nonzero(occupied))
+        met_windows = int(np.count_nonzero(win_p99[occupied] <= slo_s))
     gpu = 0.0
     for rep in run.pods:
         stop = rep.removed_s if rep.removed_s is not None else run.end_s
