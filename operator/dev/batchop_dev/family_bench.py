@@ -214,11 +214,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--coverages", type=float, nargs="+", default=list(COVERAGES))
+    p.add_argument(
+        "--frontier-from",
+        type=Path,
+        default=None,
+        help="reuse the other policies' runs from this family.json and run only batchop's "
+        "(for trying a policy change: the others do not depend on it; the report says so)",
+    )
     args = p.parse_args(argv)
     provenance = Provenance.start(program="family_bench")
     seeds = args.seeds if args.seeds is not None else [*TUNING_SEEDS, *HELD_OUT_SEEDS]
     jobs = [j for s in seeds for j in jobs_for(s, _case(s).max_replicas, tuple(args.coverages))]
     rows: list[dict[str, Any]] = []
+    reused_from = None
+    if args.frontier_from is not None:
+        before = json.loads(args.frontier_from.read_text())
+        reused_from = before["meta"]["provenance"].get("commit")
+        wanted = {(s, f, v) for s, f, v in jobs if f != "batchop"}
+        rows = [r for r in before["rows"] if (r["seed"], r["family"], r["setting"]) in wanted]
+        if len(rows) != len(wanted):
+            raise SystemExit(
+                f"{args.frontier_from} holds {len(rows)} of the {len(wanted)} frontier runs"
+            )
+        jobs = [j for j in jobs if j[1] == "batchop"]
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [pool.submit(run_job, j) for j in jobs]
@@ -242,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         "coverages": list(args.coverages),
         "rule_fractions": list(RULE_FRACTIONS),
         "wall_s": round(time.perf_counter() - started, 1),
+        "frontier_reused_from": reused_from,
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -268,6 +287,15 @@ def markdown(result: dict[str, Any], meta: dict[str, Any], prov: str) -> str:
         f"Wall time: {meta['wall_s']:.0f} s. Default coverage {meta['default_coverage']:g}; "
         f"batchop also at {', '.join(f'{c:g}' for c in meta['coverages'])}.",
         "",
+        *(
+            [
+                f"The other policies' runs were reused from commit {meta['frontier_reused_from']}"
+                " (`--frontier-from`): only batchop's were run for this report.",
+                "",
+            ]
+            if meta.get("frontier_reused_from")
+            else []
+        ),
         "Each case is a trace of one 30-minute pass, looped once: the first pass warms up, the "
         "second is scored (cold = the first pass). The frontier is the cheapest of static-N "
         "(N = 1..16), the requests-per-replica rule (0.05-0.95 of one replica's capacity), "
