@@ -241,7 +241,7 @@ def test_a_reversal_is_counted_and_raised_as_a_warning_event() -> None:
 def test_a_new_process_resumes_what_status_learned_and_writes_it_back() -> None:
     h = Harness(busy(p99_ms=12.0))
     key = (h.w.cluster.model["metadata"]["namespace"], h.w.cluster.model["metadata"]["name"])
-    labels = [[NOW_S - 600.0 + 15.0 * i, 400.0, 1.5, 1.6] for i in range(10)]
+    labels = [[NOW_S - 600.0 + 15.0 * i, 400.0, 0.0, 1.5, 1.6] for i in range(10)]
     h.w.cluster.model["status"]["learned"] = {"growth": labels, "startupSeconds": 42.0}
     h.loop.tick()
     state = h.loop.states[key]

@@ -90,11 +90,28 @@ def test_a_tick_is_labelled_once_two_horizons_have_passed_with_what_they_brought
     # tick 0 (t=0): the next 60 s reach 300 (t=60), the next 120 s too
     first = mem.labels[0]
     assert first[0] == 0.0 and first[1] == 100.0
-    assert first[2] == pytest.approx(301 / 101) and first[3] == pytest.approx(301 / 101)
+    assert first[3] == pytest.approx(301 / 101) and first[4] == pytest.approx(301 / 101)
+    assert first[2] == 0.0  # no tick one horizon before it: flat
     # the last labelled tick is t=30 (t=30 + 120 <= 150); t=60.. still wait
     assert [lab[0] for lab in mem.labels] == [0.0, 30.0]
-    assert mem.labels[1][2] == pytest.approx(301 / 101)
-    assert all(t >= mem.labelled_to_s for t, _ in mem.loads)
+    assert mem.labels[1][3] == pytest.approx(301 / 101)
+    # kept: the unlabelled ticks and the horizon before them (the trend's reference)
+    assert [t for t, _, _ in mem.loads] == [0.0, 30.0, 60.0, 90.0, 120.0, 150.0]
+    # t=120 is 100 where t=60, one horizon before, was 300: falling; t=90 is flat
+    assert mem.loads[4][2] == pytest.approx(math.log(101 / 301)) and mem.loads[3][2] == 0.0
+
+
+def test_a_load_falling_through_a_level_is_not_sized_for_the_rise_through_it() -> None:
+    """A day passes each load twice: rising, the next horizon grows; falling, it does not.
+    The trend tells the two apart, so the falling side gives its replicas back."""
+    day = [1000.0 + 900.0 * math.sin(2 * math.pi * i / 40) for i in range(120)]  # 10 min
+    # tick 82 rises through ~1,280 req/s in the third day, tick 98 falls through it
+    assert day[82] == pytest.approx(day[98], rel=0.01) and day[83] > day[82] and day[97] > day[98]
+    up = sizing.size(memory(day[:83], 15.0, 60.0), day[82], 60.0, 0.95)
+    down = sizing.size(memory(day[:99], 15.0, 60.0), day[98], 60.0, 0.95)
+    assert up.growth > 1.2 and down.growth == 1.0 and down.rps < up.rps
+    # what is kept falling: the busiest load of the last two horizons, grown by nothing
+    assert down.hold_rps == pytest.approx(max(day[99 - 9 : 99]))
 
 
 def test_before_any_label_the_load_now_is_sized_with_the_cold_growth() -> None:
@@ -152,7 +169,7 @@ def test_labels_are_forgotten_after_the_evidence_window() -> None:
     oldest = min(lab[0] for lab in mem.labels)
     newest = max(lab[0] for lab in mem.labels)
     assert newest - oldest < sizing.EVIDENCE_S
-    assert all(lab[2] == pytest.approx(1.0) for lab in mem.labels)  # the rise is forgotten
+    assert all(lab[3] == pytest.approx(1.0) for lab in mem.labels)  # the rise is forgotten
 
 
 def test_a_scale_down_waits_until_the_lower_count_covers_two_horizons() -> None:

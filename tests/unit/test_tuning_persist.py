@@ -62,7 +62,9 @@ def test_a_later_restart_forgets_what_is_older_than_the_evidence_window() -> Non
         None,
         "learned",
         {"curve": "x", "growth": 3, "p99Correction": "high"},
-        {"growth": [[1, 2], ["a", 1, 1, 1], [10, -5, 1, 1], [10, 100, 2, 1]]},
+        {"growth": [[1, 2], ["a", 1, 0, 1, 1], [10, -5, 0, 1, 1], [10, 100, 0, 2, 1]]},
+        # An older release's rows (no trend): the sizing cannot place them.
+        {"growth": [[4000, 100, 1, 1.2], [4015, 100, 1, 1.2]]},
         {"curve": [[0, 1, 1], [4, float("nan"), 1]], "p99Correction": -1, "startupSeconds": -3},
     ],
 )
@@ -75,5 +77,5 @@ def test_an_unreadable_record_leaves_the_model_cold(data: object) -> None:
 def test_the_record_rides_on_a_status_write_but_never_causes_one() -> None:
     current = {"metrics": {"requestsPerSecond": 1.0}, "learned": {"growth": []}}
     assert not status_differs(current, {"metrics": {"requestsPerSecond": 1.0},
-                                        "learned": {"growth": [[1, 2, 3, 4]]}})  # fmt: skip
+                                        "learned": {"growth": [[1, 2, 0, 3, 4]]}})  # fmt: skip
     assert status_differs(current, {"metrics": {"requestsPerSecond": 2.0}, "learned": {}})

@@ -908,11 +908,12 @@ class Learned(StatusModel):
     startup_seconds: float | None = Field(
         default=None, description="How long a new replica took to become ready."
     )
-    growth: list[Annotated[list[float], Field(max_length=4)]] | None = Field(
+    growth: list[Annotated[list[float], Field(max_length=5)]] | None = Field(
         default=None,
         max_length=4000,
-        description="The sizing's labels: [tick time (epoch s), load req/s, growth over one "
-        "horizon, over two], the last hour of ticks.",
+        description="The sizing's labels: [tick time (epoch s), load req/s, trend (log of "
+        "the load over the load one horizon before), growth over one horizon, over two], "
+        "the last hour of ticks.",
     )
 
 
@@ -936,6 +937,25 @@ class Condition(StatusModel):
         description="Machine-readable CamelCase reason for the last transition.",
     )
     message: str = Field(max_length=32768, description="Human-readable details.")
+
+
+class Handled(StatusModel):
+    """The operator's own bookkeeping (kopf's persistence), kept in status so that it rides
+    on the status write that happens anyway: one API call per model on create, not two."""
+
+    configuration: str | None = Field(
+        default=None,
+        max_length=262144,
+        description="The spec, labels and annotations last reconciled (JSON): what the next "
+        "change is compared with, so an operator restart tells a change from a resume.",
+    )
+    progress: dict[str, Any] | None = Field(
+        default=None,
+        description="Handlers being retried after a failure: attempts, delay, last message.",
+    )
+    touch: str | None = Field(
+        default=None, max_length=64, description="Written to wake the operator for a retry."
+    )
 
 
 class BatchedModelStatus(StatusModel):
@@ -973,6 +993,9 @@ class BatchedModelStatus(StatusModel):
             "x-kubernetes-list-map-keys": ["type"],
         },
         description="Ready, Progressing, Degraded, SLOMet, CapacityLimited, MetricsAvailable.",
+    )
+    handled: Handled | None = Field(
+        default=None, description="The operator's bookkeeping: what it last reconciled."
     )
 
 

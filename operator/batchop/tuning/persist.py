@@ -34,8 +34,8 @@ def learned(state: TuningState, now_s: float) -> dict[str, Any]:
         "curve": [[round(b, 3), round(ms, 4), round(w, 3)] for b, ms, w in state.curve],
         "p99Correction": round(state.p99_correction, 4),
         "growth": [
-            [round(t, 1), round(x, 2), round(g1, 4), round(g2, 4)]
-            for t, x, g1, g2 in state.sizing.labels
+            [round(t, 1), round(x, 2), round(trend, 4), round(g1, 4), round(g2, 4)]
+            for t, x, trend, g1, g2 in state.sizing.labels
             if t > now_s - EVIDENCE_S
         ],
     }
@@ -55,13 +55,15 @@ def restore(data: Mapping[str, Any] | None, now_s: float) -> TuningState:
         if None not in vals and vals[0] >= 1 and vals[1] > 0 and vals[2] > 0:  # type: ignore[operator]
             curve.append((vals[0], vals[1], vals[2]))
     labels = []
+    # Rows of five (time, load, trend, growths); the four-value rows of an older release
+    # lack the trend the sizing places ticks by, and are left out.
     for row in _rows(data.get("growth")):
-        vals = [_num(v) for v in row] if isinstance(row, list) and len(row) == 4 else [None]
+        vals = [_num(v) for v in row] if isinstance(row, list) and len(row) == 5 else [None]
         if None in vals:
             continue
-        t, load, g1, g2 = vals  # type: ignore[misc]
+        t, load, trend, g1, g2 = vals  # type: ignore[misc]
         if now_s - EVIDENCE_S < t <= now_s and load >= 0 and 0 < g1 <= g2:
-            labels.append((t, load, g1, g2))
+            labels.append((t, load, trend, g1, g2))
     labels.sort()
     correction = _num(data.get("p99Correction"))
     startup = _num(data.get("startupSeconds"))

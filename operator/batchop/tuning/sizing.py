@@ -9,11 +9,13 @@ replicas are sized for the `coverage` quantile of those growths times the load n
 same size decides both directions: a scale-down happens only when the lower count covers
 that quantile too, so no scale-down is undone by the growth it already expected.
 
-Growth depends on the level the load is at: a quiet spell between recurring bursts grows
-by the burst, the burst itself does not, and the ticks on the way up to it grow by what is
-left. So the quantile is read from the ticks whose load was near the load now (within a
-factor LEVEL_WIDTH), or at a load never seen, from those near the nearest load seen. With
-few of them the nearest rank is their largest: no tail is guessed below what was seen.
+Growth depends on where the load is: a quiet spell between recurring bursts grows by the
+burst, the burst itself does not, and the ticks on the way up to it grow by what is left;
+a day passes each load twice, rising and falling, and only the rising side grows. So each
+tick is placed by its load and its trend (the load over the load one horizon before), and
+the quantile is read from the ticks alike in both (each within a factor LEVEL_WIDTH), or,
+where no tick was ever alike, from those alike to the nearest tick seen. With few of them
+the nearest rank is their largest: no tail is guessed below what was seen.
 """
 
 from __future__ import annotations
@@ -26,18 +28,18 @@ EVIDENCE_S = 3600.0  # labels older than this are forgotten: an hour of the mode
 # steady rate).
 COLD_GROWTH = 1.1
 UNIT_RPS = 1.0  # growth is of load + this: a load that falls to nothing still has a scale
-LEVEL_WIDTH = 1.15  # ticks whose load was within this factor of now's are alike
+LEVEL_WIDTH = 1.15  # ticks whose load and trend were within this factor of now's are alike
 
 
 @dataclass(frozen=True)
 class Memory:
     """What the sizing model has learned: kept in TuningState, persisted by the operator."""
 
-    # (time, load) of the ticks still waiting on their label, and the last labelled one.
-    loads: tuple[tuple[float, float], ...] = ()
-    # (time, load, growth over one horizon, growth over two) of ticks whose two horizons
-    # have passed, oldest first.
-    labels: tuple[tuple[float, float, float, float], ...] = ()
+    # (time, load, trend) of the ticks still waiting on their label, and the last labelled.
+    loads: tuple[tuple[float, float, float], ...] = ()
+    # (time, load, trend, growth over one horizon, growth over two) of ticks whose two
+    # horizons have passed, oldest first.
+    labels: tuple[tuple[float, float, float, float, float], ...] = ()
     labelled_to_s: float = -math.inf  # the newest tick labelled
 
 
@@ -66,21 +68,31 @@ def _level(x: float) -> float:
     return math.log(max(0.0, x) + UNIT_RPS)
 
 
+def _trend(mem: Memory, t: float, load: float, horizon_s: float) -> float:
+    """The load now over the load one horizon before (the tick nearest then), in _level's
+    units; 0 (flat) with no tick that old."""
+    past = [(ts, x) for ts, x, _ in mem.loads if ts <= t - horizon_s]
+    if not past:
+        return 0.0
+    return _level(load) - _level(past[-1][1])
+
+
 def learn(mem: Memory, t: float, load: float, horizon_s: float) -> Memory:
     """Add this tick's load; label every tick whose two horizons have now passed."""
-    loads = (*mem.loads, (t, load))
+    loads = (*mem.loads, (t, load, _trend(mem, t, load, horizon_s)))
     labels = list(mem.labels)
     labelled_to = mem.labelled_to_s
-    for ts, x in loads:
+    for ts, x, trend in loads:
         if ts <= labelled_to or ts + 2 * horizon_s > t:
             continue
-        one = max((y for tj, y in loads if ts < tj <= ts + horizon_s), default=x)
-        two = max((y for tj, y in loads if ts < tj <= ts + 2 * horizon_s), default=x)
+        one = max((y for tj, y, _ in loads if ts < tj <= ts + horizon_s), default=x)
+        two = max((y for tj, y, _ in loads if ts < tj <= ts + 2 * horizon_s), default=x)
         base = x + UNIT_RPS
-        labels.append((ts, x, (one + UNIT_RPS) / base, (two + UNIT_RPS) / base))
+        labels.append((ts, x, trend, (one + UNIT_RPS) / base, (two + UNIT_RPS) / base))
         labelled_to = ts
+    # Kept: the unlabelled ticks, and the horizon before them (the trend's reference).
     return Memory(
-        loads=tuple((ts, x) for ts, x in loads if ts >= labelled_to),
+        loads=tuple(tick for tick in loads if tick[0] >= labelled_to - horizon_s),
         labels=tuple(lab for lab in labels if lab[0] > t - EVIDENCE_S),
         labelled_to_s=labelled_to,
     )
@@ -101,19 +113,24 @@ def size(mem: Memory, load: float, horizon_s: float, coverage: float) -> Sizing:
     if not mem.labels:
         cold = load * COLD_GROWTH
         return Sizing(cold, cold, COLD_GROWTH, 0, horizon_s, coverage)
-    # The ticks at the load now; at a load never seen, those at the nearest load seen.
+    # The ticks alike to now in load and trend; where none is, those alike to the nearest.
     width = math.log(LEVEL_WIDTH)
-    here = _level(load)
-    nearest = _level(min(mem.labels, key=lambda lab: abs(_level(lab[1]) - here))[1])
-    at = here if abs(nearest - here) <= width else nearest
-    pool = [lab for lab in mem.labels if abs(_level(lab[1]) - at) <= width]
-    one = max(1.0, _quantile([lab[2] for lab in pool], coverage))
+    now_s = mem.loads[-1][0] if mem.loads else 0.0
+    here = (_level(load), _trend(mem, now_s, load, horizon_s))
+
+    def apart(a: tuple[float, float], lab: tuple[float, ...]) -> float:
+        return max(abs(_level(lab[1]) - a[0]), abs(lab[2] - a[1]))
+
+    nearest = min(mem.labels, key=lambda lab: apart(here, lab))
+    at = here if apart(here, nearest) <= width else (_level(nearest[1]), nearest[2])
+    pool = [lab for lab in mem.labels if apart(at, lab) <= width]
+    one = max(1.0, _quantile([lab[3] for lab in pool], coverage))
     # Giving a replica back must be surer than asking for one (half the risk), or a load at
     # the edge of a count would take it and give it back by turns.
-    two = max(one, _quantile([lab[3] for lab in pool], (1.0 + coverage) / 2))
+    two = max(one, _quantile([lab[4] for lab in pool], (1.0 + coverage) / 2))
     # ... from the busiest load of the last two horizons (the ticks still unlabelled), not
     # only the load now: the count asked for then is given back only once that has passed.
-    busiest = max([load, *(x for _, x in mem.loads)])
+    busiest = max([load, *(x for ts, x, _ in mem.loads if ts >= mem.labelled_to_s)])
     return Sizing(
         (load + UNIT_RPS) * one - UNIT_RPS,
         (busiest + UNIT_RPS) * two - UNIT_RPS,
