@@ -229,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     reused_from = None
     if args.frontier_from is not None:
         before = json.loads(args.frontier_from.read_text())
-        reused_from = before["meta"]["provenance"].get("commit")
+        # Rows reused once more keep the commit that ran them.
+        reused_from = before["meta"].get("frontier_reused_from") or before["meta"][
+            "provenance"
+        ].get("commit")
         wanted = {(s, f, v) for s, f, v in jobs if f != "batchop"}
         rows = [r for r in before["rows"] if (r["seed"], r["family"], r["setting"]) in wanted]
         if len(rows) != len(wanted):
