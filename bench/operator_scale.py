@@ -283,6 +283,54 @@ def run_one(
         exporter.stop()
 
 
+def operator_command(
+    cluster: LocalCluster, ns: str, prom_url: str, workers: int, live: int, metrics: int
+) -> list[str]:
+    return [
+        sys.executable, "-m", "batchop", "run",
+        "--kubeconfig", str(cluster.kubeconfig), "--namespace", ns,
+        "--liveness", f"http://127.0.0.1:{live}/healthz",
+        "--metrics-address", f"127.0.0.1:{metrics}",
+        "--prometheus-url", prom_url,
+        "--no-pod-monitor", "--log-format", "plain", "--workers", str(workers),
+    ]  # fmt: skip
+
+
+def startup_cpu(
+    cluster: LocalCluster, n: int, prom_url: str, workers: int, ticks: int = 2
+) -> float:
+    """The operator's CPU from its start until `ticks` tuning ticks have run, in a namespace
+    with no BatchedModel: what a cold phase's CPU includes whatever N is (imports, kopf's
+    start, the watches' first lists, the idle ticks), subtracted to give CPU per model."""
+    ns = f"scale-idle-{n}"
+    cluster.kubectl("create", "namespace", ns)
+    live, metrics = free_port(), free_port()
+    command = operator_command(cluster, ns, prom_url, workers, live, metrics)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=REPO,
+        env=cluster.environ(),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"idle operator exited {proc.returncode}")
+            try:
+                if tick_figures(f"http://127.0.0.1:{metrics}/metrics")[0] >= ticks:
+                    return proc_figures(proc.pid)[0]
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("idle operator: no tuning tick within 120 s")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 def measure_operator(
     cluster: LocalCluster,
     ns: str,
@@ -300,15 +348,10 @@ def measure_operator(
     """Start one operator on namespace `ns` (N models, Prometheus ready) and measure it."""
     live, metrics = free_port(), free_port()
     log_path = Path(tempfile.gettempdir()) / f"batchop-operator-scale-{n}.log"
-    command = [
-        sys.executable, "-m", "batchop", "run",
-        "--kubeconfig", str(cluster.kubeconfig), "--namespace", ns,
-        "--liveness", f"http://127.0.0.1:{live}/healthz",
-        "--metrics-address", f"127.0.0.1:{metrics}",
-        "--prometheus-url", prom.url,
-        "--no-pod-monitor", "--log-format", "plain", "--workers", str(workers),
-    ]  # fmt: skip
+    command = operator_command(cluster, ns, prom.url, workers, live, metrics)
     row: dict[str, Any] = {"n": n, "cold_s": None, "cold_99_s": None, "stuck": 0}
+    row["startup_cpu_s"] = startup_cpu(cluster, n, prom.url, workers)
+    print(f"  N={n}: an idle operator's start: {row['startup_cpu_s']:.2f} s CPU", flush=True)
     calls0 = api_calls(cluster)
     components = component_pids(cluster)
     component_cpu0 = {k: proc_figures(pid)[0] for k, pid in components.items()}
@@ -352,6 +395,11 @@ def measure_operator(
             stop_profile(spy, profile / f"cold-{n}.txt")
             spy = None
         row["cold_calls"] = per_model(api_calls(cluster) - calls0, n)
+        # Events cannot be told apart by their sender at the API server (the controller
+        # manager posts one per new Deployment's ReplicaSet): the operator's are the ones
+        # about BatchedModels, counted from the Events themselves.
+        row["cold_calls"]["Events"] = model_events(cluster, ns) / n
+        row["cold_calls"]["all"] += row["cold_calls"]["Events"]
         row["reconcile_runs"] = log_path.read_text(errors="replace").count(RECONCILED) / n
         print(f"  N={n}: cold phase over: {row}", flush=True)
         time.sleep(settle)  # let the watch backlog of the cold start drain first
@@ -404,6 +452,14 @@ CONTROLLER_KINDS = {
     ("deployments", "status", "PUT"): "Deployment status writes",
     ("deployments", "status", "PATCH"): "Deployment status writes",
 }
+
+
+def model_events(cluster: LocalCluster, ns: str) -> int:
+    """Events posted about BatchedModels in `ns` (each repeat of an aggregated one counted)."""
+    found = cluster.kubectl_json(
+        "get", "events", "-n", ns, "--field-selector", "involvedObject.kind=BatchedModel"
+    )
+    return sum(int(e.get("count") or 1) for e in found["items"])
 
 
 def request_totals(cluster: LocalCluster) -> Counter[tuple[str, str, str, str]]:
@@ -545,8 +601,9 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
     """CPU seconds each process used in the cold phase, and its share of the phase's wall time
     (1.00 = one core busy throughout; the machine has os.cpu_count() cores in all)."""
     lines = [
-        "| N models | cold phase | operator | " + " | ".join(COMPONENTS) + " |",
-        "|---" * (len(COMPONENTS) + 3) + "|",
+        "| N models | cold phase | operator | " + " | ".join(COMPONENTS) + " | operator's idle "
+        "start | operator per model, its idle start left out | control plane per model |",
+        "|---" * (len(COMPONENTS) + 6) + "|",
     ]
     for r in rows:
         wall = r["cold_s"] or r["cold_99_s"]
@@ -556,6 +613,13 @@ def cpu_table(rows: list[dict[str, Any]]) -> str:
         cells = [
             f"{used[k]:.1f} s ({used[k] / wall:.2f})" if k in used else "not found"
             for k in ("operator", *COMPONENTS)
+        ]
+        start = r.get("startup_cpu_s")
+        plane = sum(r.get("cold_component_cpu_s", {}).values())
+        cells += [
+            f"{start:.2f} s" if start is not None else "not measured",
+            f"{1000 * (r['cold_cpu_s'] - start) / r['n']:.1f} ms" if start is not None else "-",
+            f"{1000 * plane / r['n']:.1f} ms",
         ]
         lines.append(f"| {r['n']} | {wall:.1f} s | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -634,7 +698,11 @@ def write_results(
         f"{calls_table(rows)}\n\n"
         "CPU used in the cold phase by the operator and the local cluster's processes (from "
         "/proc; in brackets, the share of the phase's wall time: 1.00 is one core busy "
-        f"throughout, of the machine's {os.cpu_count()}):\n\n"
+        f"throughout, of the machine's {os.cpu_count()}). The operator's idle start is the CPU "
+        "of an operator started on a namespace with no BatchedModel, until its second tuning "
+        "tick (imports, kopf's start, the first lists): the cold phase's operator CPU less it, "
+        "over N, is its CPU per model on create; the control plane's is the four processes' "
+        "sum over N:\n\n"
         f"{cpu_table(rows)}\n"
     )
 
