@@ -159,9 +159,13 @@ def test_model_gets_owned_children_and_becomes_ready(
     }
     # No finalizer: deleting a BatchedModel never waits for the operator.
     assert not bm["metadata"].get("finalizers")
-    # kopf's bookkeeping lives in annotations under batchop.io, not in status.
+    # kopf's bookkeeping lives in the declared status.handled (written with the status, so
+    # a create costs no patch of the object), not in annotations nor in kopf's status.kopf.
     assert "kopf" not in status
-    assert any(k.startswith("batchop.io/") for k in bm["metadata"].get("annotations", {}))
+    handled = json.loads(status["handled"]["configuration"])
+    assert handled["spec"]["scaling"]["replicas"] == 2
+    assert not status["handled"].get("progress")  # nothing being retried
+    assert not any(k.startswith("batchop.io/") for k in bm["metadata"].get("annotations", {}))
     # The kind cluster has no PodMonitor CRD: skipped with a Warning, the operator lives on.
     reasons = {(e["type"], e["reason"]) for e in events(cluster, ns, "alpha")}
     assert ("Warning", "PodMonitorSkipped") in reasons
@@ -325,6 +329,65 @@ def test_operator_killed_and_restarted_mid_way(cluster: Any, tmp_path: Path) -> 
         op.kill()
         cluster.kubectl("delete", "-n", ns2, "bm/midway", "--wait=true", "--timeout=60s")
         wait_for(lambda: not children(cluster, ns2, "midway"), "midway's children GC'd", 180)
+    finally:
+        op.stop()
+        delete_namespace(cluster, ns2)
+
+
+def test_a_model_an_earlier_batchop_handled_is_resumed_not_created_again(
+    cluster: Any, tmp_path: Path
+) -> None:
+    """Before status.handled, kopf kept the configuration it had handled in an annotation. A
+    model handled then is resumed after the upgrade (no creation, no Reconciled Event); its
+    first change moves the configuration into status and drops the annotation; a restart
+    after that resumes it from status."""
+    import kopf
+
+    cluster.install_crd()
+    ns2 = new_namespace(cluster, "bm-upgrade")
+    op = Operator(cluster, [ns2], tmp_path / "operator.log")
+    legacy_key = "batchop.io/last-handled-configuration"
+    try:
+        apply(cluster, bm_manifest("elder", ns2, replicas=1, gpus=0))
+        # What the earlier batchop's kopf wrote once it had handled the model (its storage,
+        # kopf.AnnotationsDiffBaseStorage under batchop.io, and kopf's marker).
+        old = kopf.AnnotationsDiffBaseStorage(prefix="batchop.io", key="last-handled-configuration")
+        essence = old.build(body=kopf.Body(get(cluster, ns2, "bm", "elder")))
+        cluster.kubectl(
+            "annotate", "-n", ns2, "bm/elder", "batchop.io/kopf-managed=yes",
+            f"{legacy_key}={json.dumps(essence, separators=(',', ':'))}",
+        )  # fmt: skip
+
+        op.start()
+        wait_for(lambda: ready(cluster, ns2, "elder", 1), "elder Ready 1/1", operator=op)
+        wait_for(lambda: "Resuming is processed" in op.log_path.read_text(), "resumed", operator=op)
+        log = op.log_path.read_text()
+        assert "Creation is processed" not in log and "Updating is processed" not in log
+        assert "Reconciled" not in {e["reason"] for e in events(cluster, ns2, "elder")}
+
+        cluster.kubectl("scale", "-n", ns2, "bm/elder", "--replicas=2")
+        wait_for(lambda: ready(cluster, ns2, "elder", 2), "elder Ready 2/2", operator=op)
+
+        def moved() -> dict[str, Any] | None:
+            bm = get(cluster, ns2, "bm", "elder")
+            handled = ((bm.get("status") or {}).get("handled") or {}).get("configuration")
+            spec = json.loads(handled or "{}").get("spec") or {}
+            gone = legacy_key not in (bm["metadata"].get("annotations") or {})
+            return bm if gone and spec.get("scaling", {}).get("replicas") == 2 else None
+
+        wait_for(moved, "the configuration moved to status.handled", operator=op)
+        assert "Reconciled" in {e["reason"] for e in events(cluster, ns2, "elder")}
+
+        op.stop()
+        mark = len(op.log_path.read_text())
+        op.start()
+        wait_for(
+            lambda: "Resuming is processed" in op.log_path.read_text()[mark:],
+            "resumed from status",
+            operator=op,
+        )
+        after = op.log_path.read_text()[mark:]
+        assert "Creation is processed" not in after and "Updating is processed" not in after
     finally:
         op.stop()
         delete_namespace(cluster, ns2)

@@ -1,8 +1,10 @@
 """Runs the operator: kopf, embedded, with batchop's settings.
 
 Choices made here, and why:
-- Persistence in annotations under `batchop.io/` (kopf's progress and last-handled
-  configuration), never in `status`: status belongs to the API and to `kubectl get bm`.
+- Persistence in `status.handled` (kopf's progress and last-handled configuration), a field
+  the API declares, so that it rides on the creation handler's status write: one call per
+  create instead of a status write and an annotation patch (controller/persistence.py).
+  Objects an earlier batchop handled are read from its annotations.
 - Standalone (no kopf peering): kopf pauses every replica of equal priority, so it cannot
   elect one of a Deployment's replicas. With `--leader-elect`, a coordination.k8s.io Lease
   (controller/leader.py) picks the one replica that runs kopf at all; the others stand by.
@@ -18,23 +20,30 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from batchop.api.constants import GROUP
 from batchop.controller.settings import Settings
 
+if TYPE_CHECKING:
+    from batchop.controller.persistence import Persistence
+
 log = logging.getLogger("batchop.controller")
 
 
-def operator_settings(settings: Settings, identity: str | None = None) -> Any:
-    """kopf's settings for batchop; `identity` names this replica in the Events it posts."""
+def operator_settings(
+    settings: Settings, identity: str | None = None, persistence: Persistence | None = None
+) -> Any:
+    """kopf's settings for batchop; `identity` names this replica in the Events it posts;
+    `persistence`: the storages, shared with the handlers (build_registry)."""
     import kopf
 
+    from batchop.controller.persistence import Persistence
+
+    persistence = persistence if persistence is not None else Persistence()
     ops = kopf.OperatorSettings()
-    ops.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    ops.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
-    )
+    ops.persistence.progress_storage = persistence.progress
+    ops.persistence.diffbase_storage = persistence.diffbase
     ops.persistence.finalizer = f"{GROUP}/finalizer"
     ops.peering.standalone = True
     ops.peering.mandatory = False
@@ -87,6 +96,7 @@ def run(settings: Settings) -> int:
 
     from batchop.controller.handlers import build_registry
     from batchop.controller.kube import Cluster, make_api_client
+    from batchop.controller.persistence import Persistence
 
     try:
         cluster = Cluster(make_api_client(settings.kubeconfig, settings.workers + 2))
@@ -99,7 +109,8 @@ def run(settings: Settings) -> int:
     if settings.kubeconfig:
         # kopf's own login (kubernetes client piggybacking) reads the same file.
         os.environ["KUBECONFIG"] = settings.kubeconfig
-    registry = build_registry(settings, cluster)
+    persistence = Persistence()
+    registry = build_registry(settings, cluster, persistence)
     if settings.metrics_address is not None:
         from batchop.metrics import start_metrics_server
 
@@ -118,7 +129,7 @@ def run(settings: Settings) -> int:
         kopf.run(
             registry=registry,
             settings=operator_settings(
-                settings, leadership.elector.identity if leadership else None
+                settings, leadership.elector.identity if leadership else None, persistence
             ),
             standalone=True,
             clusterwide=settings.all_namespaces,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from batchop import metrics
 from batchop.api.constants import (
@@ -56,6 +56,9 @@ from batchop.controller.status import OWNED_CONDITIONS, compute_status, status_d
 from batchop.controller.tuning_loop import TuningLoop
 from batchop.observe.prometheus import PrometheusObserver
 from batchop.render import selector_labels
+
+if TYPE_CHECKING:
+    from batchop.controller.persistence import Persistence
 
 log = logging.getLogger("batchop.controller")
 
@@ -159,9 +162,11 @@ class Handlers:
 
     # --- BatchedModel ------------------------------------------------------------------------
 
-    def reconcile(self, bm: Mapping[str, Any]) -> list[str]:
+    def reconcile(self, bm: Mapping[str, Any], handled: str | None = None) -> list[str]:
         """Apply every desired child, delete stale ones, refresh status. Returns what it did.
 
+        `handled`: the configuration kopf stores once this succeeds (controller/persistence),
+        written with the status (status.handled.configuration), so kopf need not patch it.
         Raises SpecRefused for a spec that breaks a rule, kube.APIError for a failed call
         (after recording it in the Degraded condition).
         """
@@ -197,7 +202,7 @@ class Handlers:
             self._fail(bm, "ApplyFailed", f"reconcile failed: {exc}")
             raise
         self._failures.pop(key, None)
-        self.refresh_status(bm, applied)
+        self.refresh_status(bm, applied, handled)
         return done
 
     def _absent_child(
@@ -335,14 +340,25 @@ class Handlers:
     # --- status ------------------------------------------------------------------------------
 
     def refresh_status(
-        self, bm: Mapping[str, Any], applied: Mapping[str, Any] | None = None
+        self,
+        bm: Mapping[str, Any],
+        applied: Mapping[str, Any] | None = None,
+        handled: str | None = None,
     ) -> dict[str, Any] | None:
         """Write the operator's status fields if they changed. Returns the patch written.
 
         `applied`: the Deployment as reconcile just applied it, for when the index has not
         seen it yet (a new model): status then says what is, not "Deployment missing".
+        `handled`: status.handled.configuration to write with them (see `reconcile`).
         """
-        written = self.store.write_status(bm, lambda current: self._status(current, applied))
+
+        def compute(current: Mapping[str, Any]) -> dict[str, Any]:
+            status = self._status(current, applied)
+            if handled is not None:
+                status["handled"] = {"configuration": handled}
+            return status
+
+        written = self.store.write_status(bm, compute)
         if written is not None:
             self._announce(written[0], written[0].get("status") or {}, written[1])
             return written[1]
@@ -429,9 +445,19 @@ def _all(index: Any, key: Any) -> list[Any]:
         return []
 
 
-def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
-    """A kopf registry with every handler, bound to these settings and this cluster."""
+def build_registry(
+    settings: Settings, cluster: ClusterAPI, persistence: Persistence | None = None
+) -> Any:
+    """A kopf registry with every handler, bound to these settings and this cluster.
+
+    `persistence`: the storages kopf's settings are given (app.operator_settings); the
+    creation handler writes their configuration with its status write.
+    """
     import kopf
+
+    from batchop.controller.persistence import Persistence
+
+    persistence = persistence if persistence is not None else Persistence()
 
     registry = kopf.OperatorRegistry()
     # Log in as the official client does (in-cluster service account, else $KUBECONFIG), with
@@ -458,6 +484,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
         return deployment, (_all(pods, (namespace, name)) if pods is not None else [])
 
     logic = Handlers(settings, cluster, post, lookup)
+    persistence.bind(logic.store.newest)
 
     # Index ids are the kwarg names kopf passes the indexes to every handler under.
     # Handlers that do no blocking I/O are async: kopf runs every sync handler in its
@@ -510,8 +537,9 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     def reconcile(body: Any, reason: str, **kwargs: Any) -> None:
         remember(**kwargs)
         bm = slim_model(body)
+        handled = persistence.configuration(body)
         try:
-            done = logic.reconcile(bm)
+            done = logic.reconcile(bm, handled)
         except SpecRefused as exc:
             raise kopf.PermanentError(str(exc)) from None
         except APIError as exc:
@@ -519,6 +547,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
             if exc.retryable:
                 raise kopf.TemporaryError(str(exc), delay=5) from None
             raise kopf.TemporaryError(str(exc), delay=30) from None
+        persistence.carried(body, handled)  # the status write took it: kopf need not patch
         if reason != "resume":
             post(bm, "Normal", "Reconciled", "; ".join(done) or "nothing to do")
         # Nothing returned: kopf would store a result in status, which is the API's.
@@ -526,6 +555,7 @@ def build_registry(settings: Settings, cluster: ClusterAPI) -> Any:
     @kopf.on.event(API_GROUP, VERSION, PLURAL, registry=registry, id="model-gone")
     async def model_gone(type: str, body: Any, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
         if type == "DELETED":
+            persistence.forget(body)
             logic.forget(slim_model(body))
             metrics.forget(*model_key(body))
 

@@ -310,7 +310,21 @@ def compute_status(
 RIDERS = ("learned",)
 
 
+# Objects a patch merges into rather than replaces (a merge patch keeps the keys it omits):
+# status.handled holds kopf's progress beside the configuration the handlers write.
+MERGED = ("handled",)
+
+
 def status_differs(current: Mapping[str, Any] | None, patch: Mapping[str, Any]) -> bool:
     """Whether writing `patch` would change the stored status (so a write is needed)."""
     current = current or {}
-    return any(current.get(key) != value for key, value in patch.items() if key not in RIDERS)
+    for key, value in patch.items():
+        if key in RIDERS:
+            continue
+        if key in MERGED and isinstance(value, Mapping):
+            stored = current.get(key) or {}
+            if any(stored.get(k) != v for k, v in value.items()):
+                return True
+        elif current.get(key) != value:
+            return True
+    return False
