@@ -3,12 +3,16 @@
 Two wrapper modules under gobuild/ pin the versions (see versions.py):
 - gobuild/kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler and etcd, in ONE
   `go build` so the packages they share (client-go, apiserver, grpc...) compile once;
-- gobuild/kwok: kwok and kwokctl (kwok needs newer k8s.io libraries, hence its own module).
+- gobuild/kwok: kwok and kwokctl (kwok needs newer k8s.io libraries, hence its own module);
+- gobuild/prometheus-operator and gobuild/prometheus: the Prometheus Operator (with its CRDs
+  from the same module) and a Prometheus 3 server, built by the `monitoring` action only (the
+  default local stack does not use them yet).
 Binaries land in $BATCHOP_CACHE (default ~/.cache/batchop)/bin/<name>-<versions>/; a build is
 skipped when its binaries are there, and goes to a temporary directory renamed on success, so
 an interrupted build never leaves half a set. A file lock serialises concurrent builders.
 
 Usage: python -m batchop_dev.local.build            build what is missing, print the paths
+       python -m batchop_dev.local.build monitoring the Prometheus Operator and Prometheus 3
        python -m batchop_dev.local.build sync       regenerate the staging replace block
 """
 
@@ -52,6 +56,14 @@ class GoTarget:
     packages: tuple[str, ...]
     binaries: dict[str, str]  # binary go build writes -> name we install it under
     ldflags: str
+    tags: tuple[str, ...] = ()  # go build -tags
+
+
+@dataclass(frozen=True)
+class MonitoringBinaries:
+    prometheus_operator: Path
+    prometheus: Path
+    crds: Path  # the Prometheus Operator's CRDs, from the same module version
 
 
 @dataclass(frozen=True)
@@ -123,6 +135,46 @@ def targets(pins: Pins, build_date: str) -> list[GoTarget]:
             ldflags=kwok_ldflags(pins),
         ),
     ]
+
+
+# Only Kubernetes discovery (plus the static and file ones every build has), and no web UI
+# assets (those need the `builtinassets` tag): the HTTP API and /metrics serve all the same.
+PROMETHEUS_TAGS = ("remove_all_sd", "enable_kubernetes_sd")
+
+
+def monitoring_targets(pins: versions.MonitoringPins) -> list[GoTarget]:
+    """The Prometheus Operator (cmd/operator) and a Prometheus 3 server, one module each.
+
+    Apart because the operator pins an older github.com/prometheus/prometheus (a library to
+    it) than the server we run, and one module would force a single version on both.
+    """
+    stamp = "-X github.com/prometheus/common/version.Version={}"
+    return [
+        GoTarget(
+            name=f"prometheus-operator-{pins.prometheus_operator}",
+            module_dir=versions.PROMETHEUS_OPERATOR_MODULE_DIR,
+            packages=(f"{versions.PROMETHEUS_OPERATOR_MODULE}/cmd/operator",),
+            binaries={"operator": "prometheus-operator"},
+            ldflags=f"-s -w {stamp.format(pins.prometheus_operator.removeprefix('v'))}",
+        ),
+        GoTarget(
+            name=f"prometheus-{pins.prometheus_release}",
+            module_dir=versions.PROMETHEUS_MODULE_DIR,
+            packages=(f"{versions.PROMETHEUS_MODULE}/cmd/prometheus",),
+            binaries={"prometheus": "prometheus"},
+            ldflags=f"-s -w {stamp.format(pins.prometheus_release.removeprefix('v'))}",
+            tags=PROMETHEUS_TAGS,
+        ),
+    ]
+
+
+def monitoring_binaries_in(root: Path, pins: versions.MonitoringPins) -> MonitoringBinaries:
+    operator, prometheus = (root / "bin" / t.name for t in monitoring_targets(pins))
+    return MonitoringBinaries(
+        prometheus_operator=operator / "prometheus-operator",
+        prometheus=prometheus / "prometheus",
+        crds=operator / "crds",
+    )
 
 
 def binaries_in(root: Path, pins: Pins) -> Binaries:
@@ -274,6 +326,7 @@ def build_target(go: str, target: GoTarget, root: Path, progress: Progress) -> P
         "build",
         "-v",
         "-trimpath",
+        *(["-tags", ",".join(target.tags)] if target.tags else []),
         "-ldflags",
         target.ldflags,
         "-o",
@@ -312,6 +365,55 @@ def ensure_binaries(progress: Progress | None = None, root: Path | None = None) 
     return binaries_in(where, pins)
 
 
+def _module_dir(go: str, module_dir: Path, module: str) -> Path:
+    """Where the module cache holds `module` at the version `module_dir`'s go.mod selects."""
+    result = subprocess.run(
+        [go, "list", "-m", "-f", "{{.Dir}}", module],
+        cwd=module_dir,
+        env=go_env(),
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0 or not result.stdout.strip():
+        raise BuildError(f"go list -m {module} (in {module_dir}) failed: {result.stderr.strip()}")
+    return Path(result.stdout.strip())
+
+
+def copy_operator_crds(go: str, target: GoTarget, directory: Path) -> None:
+    """The CRDs shipped in the operator's module (example/prometheus-operator-crd), into
+    `directory`/crds: installed from the same version as the binary, never a second copy."""
+    source = _module_dir(go, target.module_dir, versions.PROMETHEUS_OPERATOR_MODULE)
+    crds = sorted((source / "example" / "prometheus-operator-crd").glob("*.yaml"))
+    if not crds:
+        raise BuildError(f"{source}: no CRDs under example/prometheus-operator-crd")
+    (directory / "crds").mkdir()
+    for crd in crds:
+        shutil.copyfile(crd, directory / "crds" / crd.name)
+
+
+def ensure_monitoring_binaries(
+    progress: Progress | None = None, root: Path | None = None
+) -> MonitoringBinaries:
+    """The Prometheus Operator (with its CRDs) and Prometheus 3, built when missing.
+
+    Not part of `ensure_binaries`: the default local stack does not use them yet.
+    """
+    say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
+    where = root or cache_root()
+    pins = versions.load_monitoring_pins()
+    found = monitoring_binaries_in(where, pins)
+    todo = [t for t in monitoring_targets(pins) if not _complete(where / "bin" / t.name, t)]
+    if todo or not found.crds.is_dir():
+        go = find_go()
+        with _lock(where):
+            for target in todo:
+                build_target(go, target, where, say)
+            if not found.crds.is_dir():
+                operator = monitoring_targets(pins)[0]
+                copy_operator_crds(go, operator, found.crds.parent)
+    return found
+
+
 def sync(progress: Progress) -> None:
     """Rewrite gobuild/kubernetes/go.mod's replace block from the pinned tag, then tidy."""
     go = find_go()
@@ -336,7 +438,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("action", nargs="?", choices=["binaries", "sync"], default="binaries")
+    parser.add_argument(
+        "action", nargs="?", choices=["binaries", "monitoring", "sync"], default="binaries"
+    )
     args = parser.parse_args(argv)
 
     def say(message: str) -> None:
@@ -347,11 +451,14 @@ def main(argv: list[str] | None = None) -> int:
             sync(say)
             return 0
         started = time.monotonic()
-        found = ensure_binaries(say)
+        if args.action == "monitoring":
+            found: Binaries | MonitoringBinaries = ensure_monitoring_binaries(say)
+        else:
+            found = ensure_binaries(say)
     except (BuildError, versions.PinError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    say(f"cluster binaries ready ({_elapsed(time.monotonic() - started)}):")
+    say(f"{args.action} binaries ready ({_elapsed(time.monotonic() - started)}):")
     for path in vars(found).values():
         print(path)
     return 0

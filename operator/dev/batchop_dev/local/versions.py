@@ -13,10 +13,14 @@ from pathlib import Path
 GOBUILD_DIR = Path(__file__).resolve().parent / "gobuild"
 KUBERNETES_MODULE_DIR = GOBUILD_DIR / "kubernetes"
 KWOK_MODULE_DIR = GOBUILD_DIR / "kwok"
+PROMETHEUS_OPERATOR_MODULE_DIR = GOBUILD_DIR / "prometheus-operator"
+PROMETHEUS_MODULE_DIR = GOBUILD_DIR / "prometheus"
 
 KUBERNETES_MODULE = "k8s.io/kubernetes"
 ETCD_MODULE = "go.etcd.io/etcd/server/v3"
 KWOK_MODULE = "sigs.k8s.io/kwok"
+PROMETHEUS_OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
 
 # A require line: "module version" plus an optional "// indirect" comment.
 _REQUIRE_LINE = re.compile(r"^(?P<module>[^\s/][^\s]*)\s+(?P<version>v[^\s]+)\s*(//.*)?$")
@@ -152,4 +156,53 @@ def load_pins() -> Pins:
     """Pins of the committed wrapper modules."""
     return pins_from_gomods(
         (KUBERNETES_MODULE_DIR / "go.mod").read_text(), (KWOK_MODULE_DIR / "go.mod").read_text()
+    )
+
+
+@dataclass(frozen=True)
+class MonitoringPins:
+    """The Prometheus Operator and the Prometheus server (not part of the default stack yet)."""
+
+    prometheus_operator: str  # e.g. v0.85.0
+    prometheus: str  # Go module version, e.g. v0.316.0 (Prometheus 3.16.0)
+
+    @property
+    def prometheus_release(self) -> str:
+        """The Prometheus release a module version v0.3MM.P stands for: v3.MM.P."""
+        return prometheus_release(self.prometheus)
+
+
+_PROMETHEUS_MODULE_VERSION = re.compile(r"^v0\.(?P<major>[1-9])(?P<minor>\d\d)\.(?P<patch>\d+)$")
+
+
+def prometheus_release(module_version: str) -> str:
+    """Prometheus tags release X.Y.Z as Go module version v0.X0Y.Z (X >= 3 here)."""
+    match = _PROMETHEUS_MODULE_VERSION.match(module_version)
+    if not match or int(match["major"]) < 3:
+        raise PinError(
+            f"Prometheus module version {module_version!r}: expected v0.3MM.P (Prometheus 3.x)"
+        )
+    return f"v{match['major']}.{int(match['minor'])}.{match['patch']}"
+
+
+def monitoring_pins_from_gomods(operator_gomod: str, prometheus_gomod: str) -> MonitoringPins:
+    found = []
+    for module, gomod, where in (
+        (PROMETHEUS_OPERATOR_MODULE, operator_gomod, "gobuild/prometheus-operator/go.mod"),
+        (PROMETHEUS_MODULE, prometheus_gomod, "gobuild/prometheus/go.mod"),
+    ):
+        requires = parse_requires(gomod)
+        if module not in requires:
+            raise PinError(f"{where}: no require for {module}")
+        found.append(requires[module])
+    pins = MonitoringPins(prometheus_operator=found[0], prometheus=found[1])
+    prometheus_release(pins.prometheus)  # refuses a version that is not Prometheus 3
+    return pins
+
+
+def load_monitoring_pins() -> MonitoringPins:
+    """Pins of the committed Prometheus Operator and Prometheus wrapper modules."""
+    return monitoring_pins_from_gomods(
+        (PROMETHEUS_OPERATOR_MODULE_DIR / "go.mod").read_text(),
+        (PROMETHEUS_MODULE_DIR / "go.mod").read_text(),
     )

@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools pins the main packages this module builds, so that go mod tidy keeps them.
+package tools
+
+import (
+	_ "github.com/prometheus/prometheus/cmd/prometheus"
+)

@@ -1,0 +1,265 @@
+"""The real Prometheus Operator and a Prometheus 3 server (both built from Go modules) on a
+local cluster: a first stage of replacing the hand translation of monitors (issue 25).
+
+- `PrometheusOperator` runs `cmd/operator` outside the cluster against the local API server
+  (the admin client certificate of the cluster's kubeconfig), scoped to some namespaces. It
+  needs no kubelet: it writes the generated Prometheus configuration into the Secret
+  `prometheus-<name>` (key `prometheus.yaml.gz`) whatever becomes of the StatefulSet it also
+  creates (KWOK only pretends to run its pods; its config-reloader never runs).
+- `prometheus_resource` is a `Prometheus` object that selects monitors by labels and points
+  Kubernetes discovery at the local API server (`spec.apiserverConfig`, with the kubeconfig's
+  certificate files), so the generated configuration runs as it is outside the cluster.
+- `Prometheus3` runs the Prometheus 3 binary on such a configuration.
+
+The default local stack (Debian's Prometheus 2, file_sd, batchop_dev.local.prometheus) does
+not use any of this yet.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from batchop_dev.local.processes import stop_group
+from batchop_dev.local.prometheus import free_port
+
+CONFIG_KEY = "prometheus.yaml.gz"
+
+
+class PrometheusOperatorError(RuntimeError):
+    """The operator or Prometheus could not start, or produced nothing; the message says why."""
+
+
+@dataclass(frozen=True)
+class KubeAccess:
+    """How to reach the API server, from a kubeconfig that names certificate files."""
+
+    server: str
+    ca_file: str
+    cert_file: str
+    key_file: str
+
+
+def kube_access(kubeconfig: Path) -> KubeAccess:
+    """The current context's server and certificate files (KWOK's kubeconfig names files)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    cluster = next(c for c in config["clusters"] if c["name"] == context["context"]["cluster"])
+    user = next(u for u in config["users"] if u["name"] == context["context"]["user"])
+    try:
+        return KubeAccess(
+            server=cluster["cluster"]["server"],
+            ca_file=cluster["cluster"]["certificate-authority"],
+            cert_file=user["user"]["client-certificate"],
+            key_file=user["user"]["client-key"],
+        )
+    except KeyError as exc:
+        raise PrometheusOperatorError(
+            f"{kubeconfig}: expected certificate files (certificate-authority, "
+            f"client-certificate, client-key), missing {exc}"
+        ) from exc
+
+
+def prometheus_resource(
+    name: str,
+    namespace: str,
+    access: KubeAccess,
+    *,
+    pod_monitor_labels: Mapping[str, str],
+    version: str,
+    scrape_interval: str = "5s",
+) -> dict[str, Any]:
+    """A `Prometheus` selecting the PodMonitors (in its namespace) that carry these labels."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "Prometheus",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "version": version,
+            "replicas": 1,
+            "scrapeInterval": scrape_interval,
+            "podMonitorSelector": {"matchLabels": dict(pod_monitor_labels)},
+            "apiserverConfig": {
+                "host": access.server,
+                "tlsConfig": {
+                    "caFile": access.ca_file,
+                    "certFile": access.cert_file,
+                    "keyFile": access.key_file,
+                },
+            },
+        },
+    }
+
+
+def decode_config(secret: Mapping[str, Any]) -> dict[str, Any]:
+    """The Prometheus configuration held in the operator's Secret (gzip, base64)."""
+    data = (secret.get("data") or {}).get(CONFIG_KEY)
+    if not data:
+        raise PrometheusOperatorError(f"secret has no {CONFIG_KEY}")
+    return dict(yaml.safe_load(gzip.decompress(base64.b64decode(data))))
+
+
+def _wait_http(
+    url: str, process: subprocess.Popen[bytes], log: Path, what: str, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise PrometheusOperatorError(
+                f"{what} exited with {process.returncode}: "
+                f"{log.read_text(errors='replace')[-1500:]}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.3)
+    raise PrometheusOperatorError(f"{what} did not answer {url} within {timeout_s:g}s")
+
+
+class PrometheusOperator:
+    """cmd/operator against a local cluster, scoped to `namespaces`; a context manager."""
+
+    def __init__(
+        self, binary: Path, kubeconfig: Path, namespaces: list[str], workdir: Path
+    ) -> None:
+        self.binary = binary
+        self.access = kube_access(kubeconfig)
+        self.namespaces = namespaces
+        self.workdir = workdir
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "prometheus-operator.log"
+
+    def command(self) -> list[str]:
+        return [
+            str(self.binary),
+            f"--apiserver={self.access.server}",
+            f"--ca-file={self.access.ca_file}",
+            f"--cert-file={self.access.cert_file}",
+            f"--key-file={self.access.key_file}",
+            f"--namespaces={','.join(self.namespaces)}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log-level=info",
+        ]
+
+    def start(self, timeout_s: float = 60.0) -> PrometheusOperator:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        try:
+            _wait_http(
+                f"http://127.0.0.1:{self.port}/healthz",
+                self.process,
+                self.log_path,
+                "prometheus-operator",
+                timeout_s,
+            )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        proc, self.process = self.process, None
+        stop_group(proc)
+
+    def __enter__(self) -> PrometheusOperator:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Prometheus3:
+    """The Prometheus 3 binary on a given configuration (a dict); a context manager."""
+
+    def __init__(self, binary: Path, config: Mapping[str, Any], workdir: Path | None = None):
+        self.binary = binary
+        self.config = dict(config)
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="batchop-prometheus3-"))
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "prometheus.log"
+
+    def start(self, timeout_s: float = 60.0) -> Prometheus3:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config_path = self.workdir / "prometheus.yml"
+        config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+        check = subprocess.run(
+            [str(self.binary), "--version"], capture_output=True, text=True, timeout=30
+        )
+        if check.returncode != 0:
+            raise PrometheusOperatorError(f"{self.binary} --version failed: {check.stderr}")
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    str(self.binary),
+                    f"--config.file={config_path}",
+                    f"--storage.tsdb.path={self.workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--storage.tsdb.retention.time=1d",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        try:
+            _wait_http(f"{self.url}/-/ready", self.process, self.log_path, "prometheus", timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def active_targets(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"{self.url}/api/v1/targets?state=active", timeout=5) as r:
+            return list(json.load(r)["data"]["activeTargets"])
+
+    def stop(self) -> None:
+        proc, self.process = self.process, None
+        stop_group(proc)
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Prometheus3:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
