@@ -39,7 +39,11 @@ def test_pins_come_from_the_wrapper_modules() -> None:
 
 def test_targets_build_only_kubernetes_discovery_and_name_the_versions(tmp_path: Path) -> None:
     operator, server = build.monitoring_targets(PINS)
-    assert operator.binaries == {"operator": "prometheus-operator"} and not operator.tags
+    assert operator.binaries == {
+        "operator": "prometheus-operator",
+        "prometheus-config-reloader": "prometheus-config-reloader",
+    }
+    assert not operator.tags
     assert "v0.85.0" in operator.name and server.name == "prometheus-v3.16.0"
     assert set(server.tags) == {"remove_all_sd", "enable_kubernetes_sd"}
     assert "builtinassets" not in server.tags  # no web UI assets
@@ -81,7 +85,7 @@ def test_build_passes_the_tags_and_installs_under_the_cache_name(tmp_path: Path)
 
 def test_present_binaries_need_no_go(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     found = build.monitoring_binaries_in(tmp_path, versions.load_monitoring_pins())
-    for binary in (found.prometheus_operator, found.prometheus):
+    for binary in (found.prometheus_operator, found.config_reloader, found.prometheus):
         binary.parent.mkdir(parents=True, exist_ok=True)
         binary.write_text("#!/bin/sh\n")
         binary.chmod(0o755)
@@ -138,3 +142,28 @@ def test_generated_config_is_read_from_the_secret() -> None:
     assert promoperator.decode_config({"data": {promoperator.CONFIG_KEY: data}}) == config
     with pytest.raises(promoperator.PrometheusOperatorError, match="prometheus.yaml.gz"):
         promoperator.decode_config({"data": {}})
+
+
+def test_reloader_env_is_the_init_containers_with_the_pod_name() -> None:
+    statefulset = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "initContainers": [
+                        {
+                            "name": "init-config-reloader",
+                            "env": [
+                                {"name": "POD_NAME", "valueFrom": {"fieldRef": {}}},
+                                {"name": "SHARD", "value": "0"},
+                            ],
+                        }
+                    ]
+                }
+            }
+        }
+    }
+    env = promoperator.reloader_env(statefulset, "prometheus-k8s-0")
+    assert env == {"SHARD": "0", "POD_NAME": "prometheus-k8s-0"}
+    statefulset["spec"]["template"]["spec"]["initContainers"] = []
+    with pytest.raises(promoperator.PrometheusOperatorError, match="init-config-reloader"):
+        promoperator.reloader_env(statefulset, "p-0")

@@ -62,6 +62,7 @@ class GoTarget:
 @dataclass(frozen=True)
 class MonitoringBinaries:
     prometheus_operator: Path
+    config_reloader: Path  # prometheus-config-reloader: expands $(SHARD), $(POD_NAME)
     prometheus: Path
     crds: Path  # the Prometheus Operator's CRDs, from the same module version
 
@@ -143,7 +144,8 @@ PROMETHEUS_TAGS = ("remove_all_sd", "enable_kubernetes_sd")
 
 
 def monitoring_targets(pins: versions.MonitoringPins) -> list[GoTarget]:
-    """The Prometheus Operator (cmd/operator) and a Prometheus 3 server, one module each.
+    """The Prometheus Operator (cmd/operator and its config reloader, in one go build) and a
+    Prometheus 3 server, one module each.
 
     Apart because the operator pins an older github.com/prometheus/prometheus (a library to
     it) than the server we run, and one module would force a single version on both.
@@ -153,8 +155,14 @@ def monitoring_targets(pins: versions.MonitoringPins) -> list[GoTarget]:
         GoTarget(
             name=f"prometheus-operator-{pins.prometheus_operator}",
             module_dir=versions.PROMETHEUS_OPERATOR_MODULE_DIR,
-            packages=(f"{versions.PROMETHEUS_OPERATOR_MODULE}/cmd/operator",),
-            binaries={"operator": "prometheus-operator"},
+            packages=(
+                f"{versions.PROMETHEUS_OPERATOR_MODULE}/cmd/operator",
+                f"{versions.PROMETHEUS_OPERATOR_MODULE}/cmd/prometheus-config-reloader",
+            ),
+            binaries={
+                "operator": "prometheus-operator",
+                "prometheus-config-reloader": "prometheus-config-reloader",
+            },
             ldflags=f"-s -w {stamp.format(pins.prometheus_operator.removeprefix('v'))}",
         ),
         GoTarget(
@@ -172,6 +180,7 @@ def monitoring_binaries_in(root: Path, pins: versions.MonitoringPins) -> Monitor
     operator, prometheus = (root / "bin" / t.name for t in monitoring_targets(pins))
     return MonitoringBinaries(
         prometheus_operator=operator / "prometheus-operator",
+        config_reloader=operator / "prometheus-config-reloader",
         prometheus=prometheus / "prometheus",
         crds=operator / "crds",
     )

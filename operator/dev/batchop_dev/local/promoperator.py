@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -104,12 +105,58 @@ def prometheus_resource(
     }
 
 
-def decode_config(secret: Mapping[str, Any]) -> dict[str, Any]:
-    """The Prometheus configuration held in the operator's Secret (gzip, base64)."""
+def config_bytes(secret: Mapping[str, Any]) -> bytes:
+    """The gzipped Prometheus configuration held in the operator's Secret."""
     data = (secret.get("data") or {}).get(CONFIG_KEY)
     if not data:
         raise PrometheusOperatorError(f"secret has no {CONFIG_KEY}")
-    return dict(yaml.safe_load(gzip.decompress(base64.b64decode(data))))
+    return base64.b64decode(data)
+
+
+def decode_config(secret: Mapping[str, Any]) -> dict[str, Any]:
+    """The Prometheus configuration held in the operator's Secret (gzip, base64), as the
+    operator wrote it: `$(SHARD)` and `$(POD_NAME)` not yet expanded (`expand_config`)."""
+    return dict(yaml.safe_load(gzip.decompress(config_bytes(secret))))
+
+
+def reloader_env(statefulset: Mapping[str, Any], pod_name: str) -> dict[str, str]:
+    """The environment the operator's StatefulSet gives its init-config-reloader container
+    (literal values, e.g. SHARD), with POD_NAME as the downward API would set it."""
+    containers = statefulset["spec"]["template"]["spec"].get("initContainers") or []
+    init = next((c for c in containers if c["name"] == "init-config-reloader"), None)
+    if init is None:
+        raise PrometheusOperatorError("the operator's StatefulSet has no init-config-reloader")
+    env = {e["name"]: e["value"] for e in init.get("env") or [] if "value" in e}
+    return {**env, "POD_NAME": pod_name}
+
+
+def expand_config(
+    reloader: Path, config_gz: bytes, workdir: Path, env: Mapping[str, str]
+) -> dict[str, Any]:
+    """Run prometheus-config-reloader once (`--watch-interval=0`, as the operator's init
+    container does) on the generated config; the configuration Prometheus then reads."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    source = workdir / CONFIG_KEY
+    source.write_bytes(config_gz)
+    out = workdir / "prometheus.env.yaml"
+    result = subprocess.run(
+        [
+            str(reloader),
+            f"--config-file={source}",
+            f"--config-envsubst-file={out}",
+            "--watch-interval=0",
+            f"--listen-address=127.0.0.1:{free_port()}",
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if result.returncode != 0 or not out.exists():
+        raise PrometheusOperatorError(
+            f"prometheus-config-reloader exited {result.returncode}: {result.stderr[-1500:]}"
+        )
+    return dict(yaml.safe_load(out.read_text()))
 
 
 def _wait_http(
@@ -251,6 +298,10 @@ class Prometheus3:
     def active_targets(self) -> list[dict[str, Any]]:
         with urllib.request.urlopen(f"{self.url}/api/v1/targets?state=active", timeout=5) as r:
             return list(json.load(r)["data"]["activeTargets"])
+
+    def dropped_targets(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"{self.url}/api/v1/targets?state=dropped", timeout=5) as r:
+            return list(json.load(r)["data"]["droppedTargets"])
 
     def stop(self) -> None:
         proc, self.process = self.process, None

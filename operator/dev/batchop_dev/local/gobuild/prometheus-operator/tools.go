@@ -5,4 +5,5 @@ package tools
 
 import (
 	_ "github.com/prometheus-operator/prometheus-operator/cmd/operator"
+	_ "github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader"
 )
