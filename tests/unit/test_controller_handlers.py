@@ -137,6 +137,51 @@ def test_child_events_ignored_when_owner_is_gone_or_going_or_someone_else() -> N
     assert not w.events
 
 
+def test_a_child_is_judged_against_the_current_spec_not_an_earlier_rendering() -> None:
+    """The desired children are rendered once per spec (child events are many): a spec
+    change or a replica decision of the tuner is seen at once, by value, with or without a
+    new generation."""
+    w = World()
+    w.handlers.reconcile(w.bm)
+    dep = copy.deepcopy(w.deployment())
+    assert dep is not None
+    assert w.handlers.child_decision("MODIFIED", dep, w.bm)[0] == "none"
+    bigger = copy.deepcopy(w.bm)
+    bigger["spec"]["server"]["image"] = "nvcr.io/nvidia/tritonserver:24.01-py3"
+    action, want = w.handlers.child_decision("MODIFIED", dep, bigger)
+    assert action == "apply" and want is not None
+    image = want["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "nvcr.io/nvidia/tritonserver:24.01-py3"
+    assert w.handlers.child_decision("MODIFIED", dep, w.bm)[0] == "none"  # back again
+    decided = copy.deepcopy(w.bm)
+    decided["spec"]["scaling"].update(minReplicas=1, maxReplicas=8)
+    decided["status"] = {"lastDecision": {"replicas": 7}}
+    assert w.handlers.child_decision("MODIFIED", dep, decided)[1]["spec"]["replicas"] == 7
+
+
+def test_a_deployment_event_before_the_first_reconcile_leaves_status_to_it() -> None:
+    """The Deployment's ADDED event often comes back before the creation handler's status
+    write: refreshing status on it made two writes per new model. It is left to the handler,
+    which writes once; after that, Deployment events refresh status again."""
+    w = World()
+    desired = w.handlers._desired(w.bm)
+    dep = copy.deepcopy(next(c for k, c in desired.items() if k[1] == "Deployment"))
+    w.cluster.objects[("Deployment", "cpu-demo")] = dep
+    dep["status"] = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
+    assert not w.handlers.needs_handling("ADDED", copy.deepcopy(dep), w.bm)
+    assert w.handlers.defer_to_reconcile(w.bm)
+    assert "status" not in w.cluster.writes
+    w.handlers.reconcile(w.bm)
+    assert w.cluster.writes.count("status") == 1
+    assert not w.handlers.defer_to_reconcile(w.bm)
+    live = w.deployment()
+    assert live is not None
+    live["status"] = {"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}
+    live["metadata"]["generation"] = 1
+    live["status"]["observedGeneration"] = 1
+    assert w.handlers.needs_handling("MODIFIED", copy.deepcopy(live), w.bm)
+
+
 def test_only_child_events_that_call_for_an_api_call_need_a_handler_thread() -> None:
     """kopf asks this in its event loop before queueing a child's event for a handler
     thread: the children just applied, unchanged, need nothing; a deleted or edited child,

@@ -100,6 +100,23 @@ def test_progressing_reasons(dep: dict[str, Any], reason: str) -> None:
     assert (c["Progressing"].status, c["Progressing"].reason) == ("True", reason)
 
 
+def test_nothing_progresses_at_zero_replicas_with_none_running() -> None:
+    # A new Deployment at 0 replicas, not yet seen by its controller: nothing to roll out,
+    # and the controller's first status write changes nothing (no second status write).
+    unseen = {"metadata": {"generation": 1}, "spec": {"replicas": 0}, "status": {}}
+    seen = deployment(0, 0)
+    for dep in (unseen, seen):
+        c = by_type(compute_conditions(bm(0), dep, []))
+        assert (c["Progressing"].status, c["Progressing"].reason) == ("False", "ScaledToZero")
+        assert (c["Ready"].status, c["Ready"].reason) == ("True", "ScaledToZero")
+    # Scaled to 0 with replicas still to stop: the scale-down is under way.
+    down = {**deployment(0, 2, current=2), "metadata": {"generation": 2}}
+    c = by_type(compute_conditions(bm(0), down, [pod("a"), pod("b")]))
+    assert (c["Progressing"].status, c["Progressing"].reason) == ("True", "RolloutPending")
+    c = by_type(compute_conditions(bm(0), {**unseen, "status": {"replicas": 1}}, [pod("a")]))
+    assert (c["Progressing"].status, c["Progressing"].reason) == ("True", "RolloutPending")
+
+
 def test_desired_comes_from_the_deployment_once_it_exists() -> None:
     # The tuner may have set the Deployment's count; readiness is judged against it.
     c = by_type(compute_conditions(bm(replicas=1), deployment(3, 1), []))

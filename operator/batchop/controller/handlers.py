@@ -20,6 +20,7 @@ which the tuning loop shares: one lock, one newest copy and one conflict rule pe
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -40,6 +41,7 @@ from batchop.api.models import parse_batched_model
 from batchop.controller.kube import APIError, NotServed
 from batchop.controller.login import bounded_login
 from batchop.controller.reconcile import (
+    ChildKey,
     absent_kinds,
     child_action,
     child_key,
@@ -49,6 +51,7 @@ from batchop.controller.reconcile import (
     model_of,
     slim_model,
     stale_children,
+    tuned_replicas,
 )
 from batchop.controller.settings import Settings
 from batchop.controller.state import ModelStore, model_key
@@ -159,6 +162,9 @@ class Handlers:
         self._unserved_kinds: dict[tuple[str, str], datetime] = {}  # see _absent_child
         self._failures: dict[ModelKey, tuple[str, str]] = {}
         self._laggards: dict[ModelKey, tuple[str, str]] = {}
+        # uid -> (what the children were rendered from, the desired children): see _desired
+        self._deferred: set[ModelKey] = set()  # see defer_to_reconcile
+        self._rendered: dict[str, tuple[Any, Mapping[ChildKey, Mapping[str, Any]]]] = {}
 
     # --- BatchedModel ------------------------------------------------------------------------
 
@@ -203,6 +209,9 @@ class Handlers:
             raise
         self._failures.pop(key, None)
         self.refresh_status(bm, applied, handled)
+        if key in self._deferred:  # a Deployment event came meanwhile: look at it now
+            self._deferred.discard(key)
+            self.refresh_status(bm)
         return done
 
     def _absent_child(
@@ -271,6 +280,8 @@ class Handlers:
         self._failures.pop(key, None)
         self._laggards.pop(key, None)
         self._unserved = {m for m in self._unserved if m[0] != key}
+        self._rendered.pop(str(bm["metadata"].get("uid")), None)
+        self._deferred.discard(key)
         self.store.forget(key)
 
     # --- children ----------------------------------------------------------------------------
@@ -286,7 +297,7 @@ class Handlers:
         if owner is not None and owner[2] != bm["metadata"].get("uid"):
             return "none", None  # a leftover of an earlier BatchedModel of the same name
         try:
-            desired = {child_key(c): c for c in desired_children(bm, self.settings)}
+            desired = self._desired(bm)
         except SpecError as exc:  # reconcile reports it in status; nothing to restore from
             log.info(
                 "not restoring %s: the BatchedModel's spec is invalid: %s",
@@ -296,6 +307,23 @@ class Handlers:
             return "none", None
         action = child_action(event_type, child, desired, str(bm["metadata"].get("uid")))
         return action, desired.get(child_key(child))
+
+    def _desired(self, bm: Mapping[str, Any]) -> Mapping[ChildKey, Mapping[str, Any]]:
+        """The desired children by key, rendered again only when what they are rendered
+        from changed (the spec, the labels, the tuner's replicas, the settings).
+
+        Why: every watch event of a child asks (in kopf's `when` filter, then the handler),
+        and rendering (the API models' parse, then the render) was a tenth of the operator's
+        CPU at a cold start, several times per model for the same spec.
+        """
+        uid = str(bm["metadata"].get("uid"))
+        basis = (bm.get("spec"), bm["metadata"].get("labels"), tuned_replicas(bm), self.settings)
+        cached = self._rendered.get(uid)
+        if cached is not None and cached[0] == basis:
+            return cached[1]
+        desired = {child_key(c): c for c in desired_children(bm, self.settings)}
+        self._rendered[uid] = (copy.deepcopy(basis), desired)  # a copy: callers' dicts may move
+        return desired
 
     def needs_handling(
         self, event_type: str | None, child: Mapping[str, Any], bm: Mapping[str, Any] | None
@@ -312,7 +340,26 @@ class Handlers:
         """
         if self.child_decision(event_type, child, bm)[0] != "none":
             return True
-        return bm is not None and child.get("kind") == "Deployment" and self.status_changes(bm)
+        return (
+            bm is not None
+            and child.get("kind") == "Deployment"
+            and not self.defer_to_reconcile(bm)
+            and self.status_changes(bm)
+        )
+
+    def defer_to_reconcile(self, bm: Mapping[str, Any]) -> bool:
+        """Whether a Deployment event's status refresh is left to the creation handler: the
+        model was never reconciled, and that handler writes its first status after applying
+        the children. Noted, so the handler looks again after its write (it may have computed
+        from an older copy of the Deployment). No I/O.
+
+        Why: the Deployment's ADDED event often comes back before the creation handler's
+        status write; its refresh wrote the status first, and the handler wrote again.
+        """
+        if "observedGeneration" in (self.store.newest(bm).get("status") or {}):
+            return False
+        self._deferred.add(model_key(bm))
+        return True
 
     def child_event(
         self, event_type: str | None, child: Mapping[str, Any], bm: Mapping[str, Any] | None
@@ -567,7 +614,11 @@ def build_registry(
         bm = _first(kwargs["batchedmodels"], owner[:2])
         try:
             logic.child_event(type, dict(body), bm)
-            if bm is not None and body.get("kind") == "Deployment":
+            if (
+                bm is not None
+                and body.get("kind") == "Deployment"
+                and not logic.defer_to_reconcile(bm)
+            ):
                 logic.refresh_status(bm)
         except APIError as exc:
             metrics.record_reconcile_error(*owner[:2], "child")

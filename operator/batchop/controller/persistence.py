@@ -30,7 +30,7 @@ from typing import Any
 
 import kopf
 
-from batchop.api.constants import GROUP
+from batchop.api.constants import GROUP, KIND
 
 # The annotations batchop kept kopf's state in before (read for objects handled then).
 LEGACY_DIFFBASE_KEY = "last-handled-configuration"
@@ -55,7 +55,28 @@ class DiffBase(kopf.DiffBaseStorage):  # type: ignore[misc]
         self._carried: dict[str, str] = {}  # uid -> configuration a status write carried
         self._guard = threading.Lock()
 
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        """kopf's essence of a BatchedModel, without deep-copying what it drops.
+
+        kopf builds an essence for every event of every kind it watches (children and pods
+        too) by deep-copying the whole body, managedFields included, before deleting all but
+        the spec, labels and annotations: a sixth of the operator's CPU at a cold start. Only
+        BatchedModels have handlers that use it (kopf reads no diff for the watch handlers),
+        so other kinds get an empty one, and a BatchedModel's is built by kopf's own code
+        from the parts it keeps.
+        """
+        if body.get("kind") != KIND:
+            return {}
+        if extra_fields:
+            return super().build(body=body, extra_fields=extra_fields)
+        meta = body.get("metadata") or {}
+        kept = {k: v for k, v in body.items() if k not in ("metadata", "status")}
+        kept["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
+        return super().build(body=kopf.Body(kept))
+
     def fetch(self, *, body: Any) -> Any:
+        if body.get("kind") != KIND:
+            return None
         status = self.newest(body).get("status") or {}
         encoded = (status.get("handled") or {}).get("configuration")
         if encoded is None:  # not written in status yet: an object an earlier batchop handled

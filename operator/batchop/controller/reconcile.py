@@ -137,8 +137,10 @@ def render_options(settings: Any) -> Any:
     return RenderOptions(pod_monitor=pod_monitor)
 
 
-# What the operator keeps of a BatchedModel's metadata. Not the annotations: kopf's
-# last-handled configuration there is a copy of the whole spec, for every model in memory.
+# What the operator keeps of a BatchedModel's metadata. Not the annotations: an earlier
+# batchop kept kopf's last-handled configuration there (a copy of the whole spec). It is now
+# status.handled.configuration, kept with the status: controller/persistence reads it from
+# the newest copy the operator knows (the one its own status write returned).
 MODEL_METADATA = (
     "name",
     "namespace",

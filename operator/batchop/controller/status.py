@@ -196,6 +196,11 @@ def compute_conditions(
 
     if deployment is None:
         progress = Condition("Progressing", "True", "Creating", "creating the Deployment")
+    elif want == 0 and current == 0 and not _live(pods):
+        # Nothing to roll out or to stop, whether or not the controller manager has seen
+        # the Deployment's spec yet: saying RolloutPending until it has would cost every
+        # new model at 0 replicas a second status write (and a watch event) for no news.
+        progress = Condition("Progressing", "False", "ScaledToZero", "0 replicas, none running")
     elif seen < generation:
         progress = Condition(
             "Progressing", "True", "RolloutPending", "the Deployment's new spec is not seen yet"
