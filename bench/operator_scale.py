@@ -59,6 +59,21 @@ from batchop_dev.local.prometheus import PrometheusServer
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE_IDLE = True  # --profile-cpu sets it False
+# --operator-source: the operator's code from another tree (an earlier commit's `operator/`,
+# e.g. from `git archive`), to measure before and after a change with the same benchmark.
+OPERATOR_SOURCE: Path | None = None
+OPERATOR_LABEL = ""
+
+
+def operator_environ(cluster: LocalCluster) -> dict[str, str]:
+    """The operator's environment: the cluster's, and --operator-source first on its path."""
+    env = cluster.environ()
+    if OPERATOR_SOURCE is not None:
+        source = OPERATOR_SOURCE / "operator"
+        env["PYTHONPATH"] = os.pathsep.join([str(source), str(source / "dev")])
+    return env
+
+
 RESULTS = REPO / "bench" / "results" / "operator_scale.md"
 TICK_METRIC = "batchop_tick_duration_seconds"
 QUERY_METRIC = "batchop_prometheus_query_duration_seconds"
@@ -311,7 +326,7 @@ def startup_cpu(
     command = operator_command(cluster, ns, prom_url, workers, live, metrics)
     proc = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=REPO,
-        env=cluster.environ(),
+        env=operator_environ(cluster),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
@@ -362,7 +377,7 @@ def measure_operator(
     with open(log_path, "wb") as log:
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=cluster.environ()
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=operator_environ(cluster)
         )
     spy = start_profile(proc.pid, profile / f"cold-{n}.txt", PROFILE_IDLE) if profile else None
     try:
@@ -685,9 +700,15 @@ def write_results(
     workers: int,
 ) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
+    source = (
+        f"- operator code: {OPERATOR_LABEL} (`--operator-source`), not this tree's\n\n"
+        if OPERATOR_SOURCE is not None
+        else ""
+    )
     out.write_text(
         "# Operator scale (bench/operator_scale.py)\n\n"
         f"{provenance.finish().markdown()}\n"
+        f"{source}"
         f"One `batchop run`, {workers} handler threads (`--workers`); models at 0 replicas "
         "with queue-delay tuning every `tuning interval` s (spec.autotune.intervalSeconds; the "
         "tuning loop polls every 5 s). Prometheus is real (the local stack's, Debian's build), "
@@ -754,6 +775,14 @@ def main() -> int:
         "--profile-cpu", action="store_true", help="with --profile: only samples of threads "
         "on a CPU (py-spy without --idle), to see where the operator's CPU goes",
     )  # fmt: skip
+    ap.add_argument(
+        "--operator-source", type=Path, default=None, help="run the operator from this tree "
+        "(its operator/ first on the operator's PYTHONPATH; e.g. `git archive COMMIT operator` "
+        "unpacked), to measure an earlier commit with this benchmark",
+    )  # fmt: skip
+    ap.add_argument(
+        "--operator-label", default="", help="what --operator-source is, for the result file"
+    )
     ap.add_argument("--workers", type=int, default=8, help="the operator's --workers")
     ap.add_argument(
         "--interval", type=int, default=5, help="the models' spec.autotune.intervalSeconds "
@@ -763,8 +792,11 @@ def main() -> int:
     ap.add_argument("--keep-cluster", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS, help="Markdown result file")
     args = ap.parse_args()
-    global PROFILE_IDLE
+    global PROFILE_IDLE, OPERATOR_SOURCE, OPERATOR_LABEL
     PROFILE_IDLE = not args.profile_cpu
+    if args.operator_source is not None:
+        OPERATOR_SOURCE = args.operator_source.resolve()
+        OPERATOR_LABEL = args.operator_label or str(OPERATOR_SOURCE)
     provenance = Provenance.start()
     cluster = LocalCluster(args.name).up(replace=True)
     rows: list[dict[str, Any]] = []
