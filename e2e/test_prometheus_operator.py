@@ -1,7 +1,7 @@
 """batchop's PodMonitor read by the real Prometheus Operator, and the configuration it
 generates run by a real Prometheus 3 with Kubernetes discovery (issue 25, first stage).
 
-Both are built from Go modules (`make monitoring-binaries`, batchop_dev.local.build). On a
+Both are built from Go modules (`make monitoring-binaries`, part of `make test`). On a
 cluster of its own (installing the Prometheus Operator's CRDs into the e2e cluster would have
 a cluster-wide batchop operator start managing PodMonitors for every other test), the test:
 1. installs the CRDs from the operator's own module version;
@@ -11,12 +11,14 @@ a cluster-wide batchop operator start managing PodMonitors for every other test)
 4. checks the job the operator writes into Secret prometheus-<name> (prometheus.yaml.gz):
    pod discovery in the model's namespace, the `metrics` port kept, batchop's relabeling
    to `batchedmodel`, the interval and path the PodMonitor asks for;
-5. runs Prometheus 3 on that configuration together with the local stack's hand-written
+5. expands it with the real prometheus-config-reloader run once, as the operator's init
+   container does (its sharding keep rule is `regex: $(SHARD)` until then);
+6. runs Prometheus 3 on that configuration together with the local stack's hand-written
    job (batchop_dev.local.prometheus), and checks both discover every pod at its loopback
    address with the same labels that the policy's queries and the dashboard group by
    (namespace, batchedmodel; pod and container beside them). Labels only one side gives
    are printed (run with -s to see them), not failed on: the rest of issue 25 decides.
-Skips, saying why, where the binaries have not been built.
+Skips, saying why, where the binaries have not been built (`make test` builds them first).
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def monitoring() -> build.MonitoringBinaries:
         pytest.skip(
             "the Prometheus Operator / Prometheus 3 binaries are not built "
             f"({', '.join(map(str, missing)) or found.crds}): run `make monitoring-binaries` "
-            "(a cold build from the Go module proxy, separate from `make test`)"
+            "(`make test` runs it first; a cold build from the Go module proxy, ~6 min)"
         )
     return found
 
