@@ -18,6 +18,9 @@ a cluster-wide batchop operator start managing PodMonitors for every other test)
    address with the same labels that the policy's queries and the dashboard group by
    (namespace, batchedmodel; pod and container beside them). Labels only one side gives
    are printed (run with -s to see them), not failed on: the rest of issue 25 decides.
+A second test does the same for the chart's ServiceMonitor (helm template), comparing the
+operator's job with batchop_dev.local.servicemonitor's: the job only, since the local
+cluster's Endpoints refuse loopback addresses, so endpoints-role targets cannot appear.
 Skips, saying why, where the binaries have not been built (`make test` builds them first).
 """
 
@@ -102,6 +105,39 @@ def own_cluster(pytestconfig: pytest.Config) -> Iterator[Any]:
             local.down()
 
 
+@pytest.fixture(scope="module")
+def crd_cluster(monitoring: build.MonitoringBinaries, own_cluster: Any) -> Any:
+    """The module's cluster with the Prometheus Operator's CRDs (from its module) served."""
+    own_cluster.kubectl("apply", "--server-side", "-f", str(monitoring.crds))
+    for crd in ("podmonitors", "servicemonitors", "prometheuses"):
+        own_cluster.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            f"crd/{crd}.monitoring.coreos.com",
+        )
+    return own_cluster
+
+
+def _generated(cluster: Any, namespace: str, job_name: str) -> Any:
+    """A probe: (config, secret) once the operator's Secret holds a config with `job_name`."""
+
+    def probe() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        secrets = cluster.kubectl_json(
+            "get",
+            "secrets",
+            "-n",
+            namespace,
+            f"--field-selector=metadata.name=prometheus-{PROMETHEUS}",
+        )["items"]
+        if not secrets or not (secrets[0].get("data") or {}).get(CONFIG_KEY):
+            return None
+        config = decode_config(secrets[0])
+        return (config, secrets[0]) if _job(config, job_name) else None
+
+    return probe
+
+
 def _batched_model() -> Any:
     manifest = yaml.safe_load((ROOT / "examples" / "cpu-demo.yaml").read_text())
     manifest["metadata"]["namespace"] = NAMESPACE
@@ -122,17 +158,9 @@ def _targets_by_pod(server: Prometheus3, pool: str) -> dict[str, dict[str, str]]
 
 
 def test_real_operator_reads_batchops_pod_monitor(
-    monitoring: build.MonitoringBinaries, own_cluster: Any, tmp_path: Path
+    monitoring: build.MonitoringBinaries, crd_cluster: Any, tmp_path: Path
 ) -> None:
-    cluster = own_cluster
-    cluster.kubectl("apply", "--server-side", "-f", str(monitoring.crds))
-    for crd in ("podmonitors", "prometheuses"):
-        cluster.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            f"crd/{crd}.monitoring.coreos.com",
-        )
+    cluster = crd_cluster
     cluster.kubectl("create", "namespace", NAMESPACE)
 
     bm = _batched_model()
@@ -169,21 +197,8 @@ def test_real_operator_reads_batchops_pod_monitor(
         cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(resource))
         job_name = f"podMonitor/{NAMESPACE}/{monitor['metadata']['name']}/0"
 
-        def generated() -> dict[str, Any] | None:
-            secrets = cluster.kubectl_json(
-                "get",
-                "secrets",
-                "-n",
-                NAMESPACE,
-                f"--field-selector=metadata.name=prometheus-{PROMETHEUS}",
-            )["items"]
-            if not secrets or not (secrets[0].get("data") or {}).get(CONFIG_KEY):
-                return None
-            config = decode_config(secrets[0])
-            return (config, secrets[0]) if _job(config, job_name) else None
-
         config, secret = wait_for(
-            generated,
+            _generated(cluster, NAMESPACE, job_name),
             f"the operator's config with job {job_name}",
             timeout=120,
             context=lambda: f"operator log:\n{operator.log_tail()}",
@@ -276,4 +291,87 @@ def test_real_operator_reads_batchops_pod_monitor(
         f"valued differently {sorted(differ)} "
         f"(e.g. job {real[next(iter(pod_ips))].get('job')!r} vs "
         f"{ours[next(iter(pod_ips))].get('job')!r})"
+    )
+
+
+def test_real_operator_reads_the_charts_service_monitor(
+    monitoring: build.MonitoringBinaries, crd_cluster: Any, tmp_path: Path
+) -> None:
+    """The chart's ServiceMonitor: the job the real operator generates against the one
+    batchop_dev.local.servicemonitor writes by hand. Only the job is compared: its targets
+    cannot appear here, since the local cluster's Endpoints refuse the pods' loopback
+    addresses (the hand translation uses pod discovery for that reason)."""
+    from batchop_dev.local import helmchart
+    from batchop_dev.local.servicemonitor import service_monitor_jobs
+
+    cluster = crd_cluster
+    namespace = "batchop-system"
+    cluster.kubectl("create", "namespace", namespace)
+    values = {**{f"metrics.serviceMonitor.labels.{k}": v for k, v in SELECTOR_LABELS.items()}}
+    monitor = helmchart.service_monitor(cluster.kubeconfig, values, namespace=namespace)
+    text = helmchart.helm(
+        cluster.kubeconfig,
+        "template",
+        helmchart.RELEASE,
+        str(helmchart.CHART),
+        "-n",
+        namespace,
+        "--show-only",
+        "templates/service.yaml",
+    )
+    (service,) = [d for d in yaml.safe_load_all(text) if d]
+    for obj in (service, monitor):
+        cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(obj))
+
+    operator = PrometheusOperator(
+        monitoring.prometheus_operator, cluster.kubeconfig, [namespace], tmp_path / "operator"
+    )
+    with operator:
+        resource = prometheus_resource(
+            PROMETHEUS,
+            namespace,
+            operator.access,
+            pod_monitor_labels=SELECTOR_LABELS,
+            version=versions.load_monitoring_pins().prometheus_release,
+        )
+        resource["spec"]["serviceMonitorSelector"] = {"matchLabels": dict(SELECTOR_LABELS)}
+        cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(resource))
+        job_name = f"serviceMonitor/{namespace}/{monitor['metadata']['name']}/0"
+        config, _ = wait_for(
+            _generated(cluster, namespace, job_name),
+            f"the operator's config with job {job_name}",
+            timeout=120,
+            context=lambda: f"operator log:\n{operator.log_tail()}",
+        )
+    real = _job(config, job_name)
+    assert real is not None
+    (hand,) = service_monitor_jobs(monitor, service, {"kubernetes_sd_configs": [{}]})
+    assert real["job_name"] == hand["job_name"]
+    for key in ("honor_labels", "metrics_path", "scrape_interval", "scrape_timeout"):
+        assert real.get(key) == hand.get(key), (key, real.get(key), hand.get(key))
+    assert real["honor_labels"] is True  # the operator's series keep their `namespace`
+    (sd,) = real["kubernetes_sd_configs"]
+    assert sd["role"] in ("endpoints", "endpointslice") and sd["namespaces"]["names"] == [namespace]
+
+    def constant_labels(job: dict[str, Any]) -> dict[str, str]:
+        """Labels a job sets to a fixed value (service, job, endpoint), or copies from a
+        meta label: target label -> the replacement or the source labels."""
+        out: dict[str, str] = {}
+        for rule in job["relabel_configs"]:
+            label = rule.get("target_label")
+            if label and not label.startswith("__") and rule.get("action", "replace") == "replace":
+                sources = rule.get("source_labels")
+                out[label] = ";".join(sources) if sources else str(rule.get("replacement"))
+        return out
+
+    real_labels, hand_labels = constant_labels(real), constant_labels(hand)
+    for label in ("namespace", "pod", "container", "endpoint"):
+        assert real_labels.get(label) == hand_labels.get(label), (label, real_labels, hand_labels)
+    # job and service: the Service's name, a meta label to the operator, a constant to us.
+    for label in ("job", "service"):
+        assert real_labels[label] == "__meta_kubernetes_service_name", real_labels
+        assert hand_labels[label] == service["metadata"]["name"], hand_labels
+    print(
+        f"\nchart ServiceMonitor, real operator vs hand translation: discovery role "
+        f"{sd['role']!r} vs 'pod'; labels real {real_labels}; hand {hand_labels}"
     )
