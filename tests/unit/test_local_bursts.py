@@ -133,6 +133,7 @@ def test_judge_verdicts_and_the_lines_that_print_them() -> None:
     trace = _trace()
     rec = _records(1800, 180, 20.0)
     rec["ok"][7], rec["rejected"][7] = False, True
+    rec["latency_ms"][9] = 1.5 * SLO  # served, but not within the SLO
     tl = _timeline([(t, 2 if 5 <= t < 45 else 1) for t in range(0, 181, 5)])
     out = judge(rec, tl, trace, slo_ms=SLO, stabilization_s=60)
     v = out["verdicts"]
@@ -141,7 +142,13 @@ def test_judge_verdicts_and_the_lines_that_print_them() -> None:
         "rejected_counted": True,
         "replicas_held_between_bursts": True,
     }
-    assert out["totals"] == {"sent": 1800, "served": 1799, "rejected": 1, "failed_other": 0}
+    assert out["totals"] == {
+        "sent": 1800,
+        "served": 1799,
+        "served_within_slo": 1798,
+        "rejected": 1,
+        "failed_other": 0,
+    }
     text = "\n".join(verdict_lines(out))
     assert "no multi-second waits: PASS" in text and "rejected 1" in text
     assert len(window_table(out)) == 1 + len(out["windows"])

@@ -256,9 +256,12 @@ def judge(
     lagged = [w for w in wins if w.note.startswith("not judged")]
     ok = np.asarray(records["ok"], dtype=bool)
     rej = np.asarray(records.get("rejected") or [False] * len(ok), dtype=bool) & ~ok
+    lat = np.array([math.nan if v is None else float(v) for v in records["latency_ms"]])
     totals = {
         "sent": int(len(ok)),
         "served": int(ok.sum()),
+        # Request attainment's numerator, as the simulator and the family bench count it.
+        "served_within_slo": int((ok & (lat <= slo_ms)).sum()),
         "rejected": int(rej.sum()),
         "failed_other": int((~ok & ~rej).sum()),
     }
