@@ -47,6 +47,7 @@ def real_figures(report: dict[str, Any], end_s: float) -> dict[str, Any]:
         seconds += max(0.0, b - a) * int(s["replicas"])
     return {
         "requests": totals["sent"],
+        "rejected": totals["rejected"],
         "request_attainment": totals["served_within_slo"] / max(1, totals["sent"]),
         "replica_seconds": seconds,
         "max_replicas": max(int(s["replicas"]) for s in timeline),
@@ -97,6 +98,7 @@ def simulated_figures(trace: Any) -> dict[str, Any]:
     )
     return {
         "requests": result["requests"],
+        "rejected": result["rejected"],
         "request_attainment": result["slo_attainment"],
         "replica_seconds": seconds,
         "max_replicas": result["max_replicas_used"],
@@ -126,6 +128,7 @@ def markdown(prov: str, real: dict[str, Any], sim: dict[str, Any], got: dict[str
 
     rows = [
         ("requests sent", f"{real['requests']:,}", f"{sim['requests']:,}", ""),
+        ("refused by the overload guard", f"{real['rejected']:,}", f"{sim['rejected']:,}", ""),
         (
             "request attainment (served within the SLO / sent)",
             f"{real['request_attainment']:.4f}",

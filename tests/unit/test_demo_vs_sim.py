@@ -23,7 +23,9 @@ def _bench() -> ModuleType:
 def _report(samples: list[tuple[float, int, int]], sent: int, within: int) -> dict[str, Any]:
     return {
         "timeline": [{"t": t, "replicas": n, "ready": r} for t, n, r in samples],
-        "summary": {"bursty": {"totals": {"sent": sent, "served_within_slo": within}}},
+        "summary": {
+            "bursty": {"totals": {"sent": sent, "served_within_slo": within, "rejected": 1}}
+        },
     }
 
 
