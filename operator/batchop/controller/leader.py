@@ -352,7 +352,7 @@ class LeaderElector:
 def exit_now(why: str) -> None:
     """Leadership lost: stop this process at once, before a standby may act (client-go's
     renew deadline is shorter than the lease duration for this). Nothing is flushed but the
-    logs; kopf's progress annotations let the next leader resume any handler cut short."""
+    logs; kopf's progress in status.handled lets the next leader resume any handler cut short."""
     log.critical("leadership lost, exiting so that only one operator acts: %s", why)
     for handler in logging.getLogger().handlers:
         handler.flush()
