@@ -22,12 +22,12 @@ learning in `decide`; 3: `_demand`; 4: `_choose_replicas`; 5: `_choose_delay`):
    over two horizons (or the longer scale-down window) and to what the sizing's hold keeps
    (the busiest load of the last two horizons at half the risk), both at once: the same
    sizing in both directions, so a scale-down is not undone by the growth the sizing
-   already expected; and never while
-   the observed p99 breaks the SLO. An observed p99 over the SLO on two settled ticks
-   forces a scale-up even when the model disagrees, unless the delay explains it, a past
-   backlog is draining, or a change or a fall in load happened within P99_WINDOW_S
-   (Triton's p99 summary then still shows the past). A scale-up within two pod starts of a
-   scale-down is a reversal: the decision says so (it is counted and raised as an Event).
+   already expected; and never while the observed p99 breaks the SLO. An observed p99 over
+   the SLO on two settled ticks forces a scale-up even when the model disagrees, unless the
+   delay explains it, a past backlog is draining, or a change or a fall in load happened
+   within P99_WINDOW_S (Triton's p99 summary then still shows the past). A scale-up within
+   two pod starts of a scale-down is a reversal: the decision says so (it is counted and
+   raised as an Event).
 5. Delay: the one that spends the least GPU time per inference while the predicted p99 keeps
    the margin, the smallest among near-equals (near capacity the delay buys nothing). Cut at
    once; raised only to the least delay recommended over DELAY_UP_WINDOW_S, with the wider
@@ -592,7 +592,7 @@ def _choose_replicas(
     # p99 breaks the SLO is wrong here (seen on a starved machine: 3 → 2 → 3 replicas).
     if max(rec, hold_n) < cur_n and rps > 0 and now.p99_current and p99_ms > spec.slo_ms:
         notes.append(
-            f"{_replicas(rec)} would do by the model; no scale-down while p99 "
+            f"{_replicas(max(rec, hold_n))} would do by the model; no scale-down while p99 "
             f"{_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms"
         )
         rec = cur_n
