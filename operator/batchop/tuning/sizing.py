@@ -131,9 +131,12 @@ def size(mem: Memory, load: float, horizon_s: float, coverage: float) -> Sizing:
     # ... from the busiest load of the last two horizons (the ticks still unlabelled), not
     # only the load now: the count asked for then is given back only once that has passed.
     busiest = max([load, *(x for ts, x, _ in mem.loads if ts >= mem.labelled_to_s)])
+    # And what is kept serves the demand the sizing would ask for at the load those two
+    # horizons may bring (that load x the one-horizon growth), not only that load: else a
+    # load at the edge of a count gives a replica back and asks for it again a tick later.
     return Sizing(
         (load + UNIT_RPS) * one - UNIT_RPS,
-        (busiest + UNIT_RPS) * two - UNIT_RPS,
+        (busiest + UNIT_RPS) * two * one - UNIT_RPS,
         one,
         len(pool),
         horizon_s,
