@@ -75,6 +75,13 @@ def probed_cluster(pytestconfig: pytest.Config) -> Iterator[object]:
     yield from _session_cluster(pytestconfig, "-e2e", readiness="probes")
 
 
+@pytest.fixture(scope="module")
+def own_cluster(pytestconfig: pytest.Config) -> Iterator[object]:
+    """A cluster of a test module's own, for what must not reach the shared ones (CRDs
+    that a cluster-wide operator in another test would start acting on)."""
+    yield from _session_cluster(pytestconfig, "-own", readiness="kwok")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many tests were skipped and why, always (with -q too; -rs is not needed).
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,27 +86,6 @@ def monitoring() -> build.MonitoringBinaries:
 
 
 @pytest.fixture(scope="module")
-def own_cluster(pytestconfig: pytest.Config) -> Iterator[Any]:
-    from batchop_dev.local.cluster import LocalCluster
-
-    reporter = pytestconfig.pluginmanager.get_plugin("terminalreporter")
-
-    def say(message: str) -> None:
-        if reporter is not None:
-            reporter.write_line(f"[cluster] {message}")
-
-    # The prefix and pid let the repo-wide conftest remove it if this session dies.
-    name = f"batchop-test-{os.getpid()}-promop"
-    local = LocalCluster(name, nodes=1, gpus_per_node=4, progress=say)
-    local.up(replace=True)
-    try:
-        yield local
-    finally:
-        if not os.environ.get("BATCHOP_KEEP_CLUSTER"):
-            local.down()
-
-
-@pytest.fixture(scope="module")
 def crd_cluster(monitoring: build.MonitoringBinaries, own_cluster: Any) -> Any:
     """The module's cluster with the Prometheus Operator's CRDs (from its module) served."""
     own_cluster.kubectl("apply", "--server-side", "-f", str(monitoring.crds))
@@ -136,6 +116,41 @@ def _generated(cluster: Any, namespace: str, job_name: str) -> Any:
         return (config, secrets[0]) if _job(config, job_name) else None
 
     return probe
+
+
+@contextmanager
+def _operator_config(
+    cluster: Any,
+    monitoring: build.MonitoringBinaries,
+    namespace: str,
+    workdir: Path,
+    job_name: str,
+    *,
+    service_monitors: bool = False,
+) -> Iterator[tuple[PrometheusOperator, dict[str, Any], dict[str, Any]]]:
+    """The real operator watching `namespace`, a `Prometheus` resource selecting our monitors
+    applied; yields (operator, config, secret) once its generated config holds `job_name`."""
+    operator = PrometheusOperator(
+        monitoring.prometheus_operator, cluster.kubeconfig, [namespace], workdir
+    )
+    with operator:
+        resource = prometheus_resource(
+            PROMETHEUS,
+            namespace,
+            operator.access,
+            pod_monitor_labels=SELECTOR_LABELS,
+            version=versions.load_monitoring_pins().prometheus_release,
+        )
+        if service_monitors:
+            resource["spec"]["serviceMonitorSelector"] = {"matchLabels": dict(SELECTOR_LABELS)}
+        cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(resource))
+        config, secret = wait_for(
+            _generated(cluster, namespace, job_name),
+            f"the operator's config with job {job_name}",
+            timeout=120,
+            context=lambda: f"operator log:\n{operator.log_tail()}",
+        )
+        yield operator, config, secret
 
 
 def _batched_model() -> Any:
@@ -182,27 +197,12 @@ def test_real_operator_reads_batchops_pod_monitor(
     pod_ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
     assert all(ip.startswith("127.") for ip in pod_ips.values()), pod_ips
 
-    pins = versions.load_monitoring_pins()
-    operator = PrometheusOperator(
-        monitoring.prometheus_operator, cluster.kubeconfig, [NAMESPACE], tmp_path / "operator"
-    )
-    with operator:
-        resource = prometheus_resource(
-            PROMETHEUS,
-            NAMESPACE,
-            operator.access,
-            pod_monitor_labels=SELECTOR_LABELS,
-            version=pins.prometheus_release,
-        )
-        cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(resource))
-        job_name = f"podMonitor/{NAMESPACE}/{monitor['metadata']['name']}/0"
-
-        config, secret = wait_for(
-            _generated(cluster, NAMESPACE, job_name),
-            f"the operator's config with job {job_name}",
-            timeout=120,
-            context=lambda: f"operator log:\n{operator.log_tail()}",
-        )
+    job_name = f"podMonitor/{NAMESPACE}/{monitor['metadata']['name']}/0"
+    with _operator_config(cluster, monitoring, NAMESPACE, tmp_path / "operator", job_name) as (
+        operator,
+        config,
+        secret,
+    ):
         statefulset = wait_for(
             lambda: cluster.kubectl_json(
                 "get", "statefulsets", "-n", NAMESPACE, "-l", f"prometheus={PROMETHEUS}"
@@ -323,26 +323,11 @@ def test_real_operator_reads_the_charts_service_monitor(
     for obj in (service, monitor):
         cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(obj))
 
-    operator = PrometheusOperator(
-        monitoring.prometheus_operator, cluster.kubeconfig, [namespace], tmp_path / "operator"
-    )
-    with operator:
-        resource = prometheus_resource(
-            PROMETHEUS,
-            namespace,
-            operator.access,
-            pod_monitor_labels=SELECTOR_LABELS,
-            version=versions.load_monitoring_pins().prometheus_release,
-        )
-        resource["spec"]["serviceMonitorSelector"] = {"matchLabels": dict(SELECTOR_LABELS)}
-        cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(resource))
-        job_name = f"serviceMonitor/{namespace}/{monitor['metadata']['name']}/0"
-        config, _ = wait_for(
-            _generated(cluster, namespace, job_name),
-            f"the operator's config with job {job_name}",
-            timeout=120,
-            context=lambda: f"operator log:\n{operator.log_tail()}",
-        )
+    job_name = f"serviceMonitor/{namespace}/{monitor['metadata']['name']}/0"
+    with _operator_config(
+        cluster, monitoring, namespace, tmp_path / "operator", job_name, service_monitors=True
+    ) as (_, config, _):
+        pass
     real = _job(config, job_name)
     assert real is not None
     (hand,) = service_monitor_jobs(monitor, service, {"kubernetes_sd_configs": [{}]})
