@@ -55,6 +55,7 @@ from synthetic_triton import SyntheticTritonExporter
 from batchop.observe.prometheus import PrometheusObserver
 from batchop.provenance import Provenance
 from batchop_dev.local.cluster import LocalCluster
+from batchop_dev.local.processes import stop_group
 from batchop_dev.local.prometheus import PrometheusServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -335,7 +336,7 @@ def startup_cpu(
     command = operator_command(cluster, ns, prom_url, workers, live, metrics)
     proc = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=REPO,
-        env=operator_environ(cluster),
+        env=operator_environ(cluster), start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
@@ -350,12 +351,7 @@ def startup_cpu(
             time.sleep(0.2)
         raise RuntimeError("idle operator: no tuning tick within 120 s")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_group(proc, timeout_s=30)
 
 
 def measure_operator(
@@ -386,8 +382,9 @@ def measure_operator(
     with open(log_path, "wb") as log:
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=operator_environ(cluster)
-        )
+            command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            env=operator_environ(cluster), start_new_session=True,
+        )  # fmt: skip
     spy = start_profile(proc.pid, profile / f"cold-{n}.txt", PROFILE_IDLE) if profile else None
     try:
         late: list[str] = [""] * n
@@ -454,12 +451,7 @@ def measure_operator(
         if spy is not None:
             spy.kill()
             spy.wait()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_group(proc, timeout_s=30)
 
 
 # kopf logs this once per run of the BatchedModel handler (create, update or resume).
