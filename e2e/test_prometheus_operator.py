@@ -44,7 +44,6 @@ from batchop.render.options import RenderOptions
 from batchop_dev.local import build, prometheus, versions
 from batchop_dev.local.promoperator import (
     CONFIG_KEY,
-    Prometheus3,
     PrometheusOperator,
     config_bytes,
     decode_config,
@@ -164,7 +163,7 @@ def _job(config: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((j for j in config.get("scrape_configs") or [] if j["job_name"] == name), None)
 
 
-def _targets_by_pod(server: Prometheus3, pool: str) -> dict[str, dict[str, str]]:
+def _targets_by_pod(server: prometheus.PrometheusServer, pool: str) -> dict[str, dict[str, str]]:
     return {
         t["labels"].get("pod", ""): t["labels"]
         for t in server.active_targets()
@@ -252,7 +251,9 @@ def test_real_operator_reads_batchops_pod_monitor(
         *(expanded.get("scrape_configs") or []),
         *hand["scrape_configs"],
     ]
-    with Prometheus3(monitoring.prometheus, run_config, tmp_path / "prometheus3") as server:
+    with prometheus.PrometheusServer(
+        None, binary=monitoring.prometheus, config=run_config, workdir=tmp_path / "prometheus3"
+    ) as server:
 
         def both_pools() -> tuple[dict[str, Any], dict[str, Any]] | None:
             real = _targets_by_pod(server, job_name)

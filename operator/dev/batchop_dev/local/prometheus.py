@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -335,8 +336,14 @@ class PrometheusServer:
         port: int | None = None,
         workdir: Path | None = None,
         static_targets: list[tuple[str, dict[str, str]]] | None = None,
+        binary: Path | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
+        """`binary` and `config`: another Prometheus (the Prometheus 3 the Prometheus
+        Operator's tests build) on a configuration given whole (no discovery of our own)."""
         self.kubeconfig = Path(kubeconfig) if kubeconfig is not None else None
+        self.binary = binary
+        self.config = dict(config) if config is not None else None
         self.static_targets = static_targets
         self.scrape_interval_s = scrape_interval_s
         self.host = host
@@ -361,9 +368,10 @@ class PrometheusServer:
     def start(self, timeout_s: float = 60.0) -> PrometheusServer:
         if self.kubeconfig is not None and not self.kubeconfig.is_file():
             raise PrometheusError(f"kubeconfig {self.kubeconfig} does not exist")
-        binary = ensure_binary()
+        binary = self.binary or ensure_binary()
+        self.workdir.mkdir(parents=True, exist_ok=True)
         sd_file = None
-        if self.kubeconfig is not None:
+        if self.kubeconfig is not None and self.config is None:
             self.discovery_mode = "kubernetes_sd"
             if not supports_kubernetes_sd(binary):
                 self.discovery_mode = "file_sd"
@@ -397,13 +405,17 @@ class PrometheusServer:
         return self
 
     def _write_config(self) -> Path:
-        config = render_config(
-            self.kubeconfig,
-            scrape_interval_s=self.scrape_interval_s,
-            static_targets=self.static_targets,
-            sd_file=self._sd_file,
-        )
-        config["scrape_configs"] += self.extra_jobs
+        if self.config is not None:
+            config = dict(self.config)
+            config["scrape_configs"] = [*(config.get("scrape_configs") or []), *self.extra_jobs]
+        else:
+            config = render_config(
+                self.kubeconfig,
+                scrape_interval_s=self.scrape_interval_s,
+                static_targets=self.static_targets,
+                sd_file=self._sd_file,
+            )
+            config["scrape_configs"] += self.extra_jobs
         path = self.workdir / "prometheus.yml"
         partial = path.with_suffix(".yml.new")
         partial.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -474,6 +486,13 @@ class PrometheusServer:
 
         with urllib.request.urlopen(f"{self.url}/api/v1/targets?state=active", timeout=5) as r:
             return list(json.load(r)["data"]["activeTargets"])
+
+    def dropped_targets(self) -> list[dict[str, Any]]:
+        """The targets discovery found and relabeling dropped (for a failure's message)."""
+        import json
+
+        with urllib.request.urlopen(f"{self.url}/api/v1/targets?state=dropped", timeout=5) as r:
+            return list(json.load(r)["data"]["droppedTargets"])
 
     def stop(self) -> None:
         proc, self.process = self.process, None

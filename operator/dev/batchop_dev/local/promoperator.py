@@ -9,7 +9,7 @@ local cluster: a first stage of replacing the hand translation of monitors (issu
 - `prometheus_resource` is a `Prometheus` object that selects monitors by labels and points
   Kubernetes discovery at the local API server (`spec.apiserverConfig`, with the kubeconfig's
   certificate files), so the generated configuration runs as it is outside the cluster.
-- `Prometheus3` runs the Prometheus 3 binary on such a configuration.
+- Prometheus 3 runs such a configuration as `PrometheusServer(None, binary=..., config=...)`.
 
 The default local stack (Debian's Prometheus 2, file_sd, batchop_dev.local.prometheus) does
 not use any of this yet.
@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import base64
 import gzip
-import json
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -239,77 +236,6 @@ class PrometheusOperator:
         stop_group(proc)
 
     def __enter__(self) -> PrometheusOperator:
-        return self.start() if self.process is None else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class Prometheus3:
-    """The Prometheus 3 binary on a given configuration (a dict); a context manager."""
-
-    def __init__(self, binary: Path, config: Mapping[str, Any], workdir: Path | None = None):
-        self.binary = binary
-        self.config = dict(config)
-        self._own_workdir = workdir is None
-        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="batchop-prometheus3-"))
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.workdir / "prometheus.log"
-
-    def start(self, timeout_s: float = 60.0) -> Prometheus3:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        config_path = self.workdir / "prometheus.yml"
-        config_path.write_text(yaml.safe_dump(self.config, sort_keys=False))
-        check = subprocess.run(
-            [str(self.binary), "--version"], capture_output=True, text=True, timeout=30
-        )
-        if check.returncode != 0:
-            raise PrometheusOperatorError(f"{self.binary} --version failed: {check.stderr}")
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    str(self.binary),
-                    f"--config.file={config_path}",
-                    f"--storage.tsdb.path={self.workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--storage.tsdb.retention.time=1d",
-                    "--log.level=warn",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        try:
-            _wait_http(f"{self.url}/-/ready", self.process, self.log_path, "prometheus", timeout_s)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def active_targets(self) -> list[dict[str, Any]]:
-        with urllib.request.urlopen(f"{self.url}/api/v1/targets?state=active", timeout=5) as r:
-            return list(json.load(r)["data"]["activeTargets"])
-
-    def dropped_targets(self) -> list[dict[str, Any]]:
-        with urllib.request.urlopen(f"{self.url}/api/v1/targets?state=dropped", timeout=5) as r:
-            return list(json.load(r)["data"]["droppedTargets"])
-
-    def stop(self) -> None:
-        proc, self.process = self.process, None
-        stop_group(proc)
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> Prometheus3:
         return self.start() if self.process is None else self
 
     def __exit__(self, *exc: object) -> None:
