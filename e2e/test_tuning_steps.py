@@ -16,8 +16,9 @@ What is asserted is behaviour, not speed:
   (near capacity the delay buys nothing and costs latency, so a longer one is wrong); a
   delay raised later, once replicas have room, must keep the settled p99 (or be undone);
 - the step down gives replicas back within its 130 s (the step up's count is kept two
-  horizons, a horizon being a pod start plus a tick); a hold is not judged when Triton's own
-  p99 was over the SLO in the step down (the policy must then hold), when the sizing
+  horizons, a horizon being a pod start plus a tick, then the 30 s window); a hold is not
+  judged when Triton's own p99 was over the SLO in the step down (the policy must then
+  hold), when the sizing
   learned that this load grew to the step up's within two pod starts (read from
   status.learned: with one step up seen from this very load, it holds by design; the
   sizing's give-back is tested in the simulator), or when pods started so slowly that two
@@ -80,7 +81,9 @@ COVERAGE = 0.95  # the API's default
 # the delay to go back (seen: 0 -> 5,000 us, clients' p99 67.7 ms in a step that ended 29 s
 # after the raise; another run: 0 -> 4,000 us, Triton's p99 15-22 -> 31-35 ms).
 # The step down lasts 130 s: what the step up asked for is kept for two horizons (2 x (pod
-# start + tick), the span over which a give-back undone would be a reversal), 60-80 s here.
+# start + tick), the span over which a give-back undone would be a reversal), 60-80 s here,
+# and then for the scale-down window.
+SCALE_DOWN_WINDOW_S = 30
 STEPS = ((0.0, 30.0, LOW), (30.0, 300.0, HIGH), (300.0, 430.0, LOW))
 SETTLED_S = 30.0
 TOLERANCE = 0.25
@@ -95,7 +98,9 @@ def manifest(repository: str) -> dict[str, Any]:
     spec["model"].update(name=NAME, repository=repository, maxBatchSize=2)
     spec["slo"]["p99LatencyMilliseconds"] = SLO_MS
     spec["autotune"].update(
-        intervalSeconds=INTERVAL_S, scaleDownStabilizationSeconds=30, coverage=COVERAGE
+        intervalSeconds=INTERVAL_S,
+        scaleDownStabilizationSeconds=SCALE_DOWN_WINDOW_S,
+        coverage=COVERAGE,
     )
     # The step to 350 req/s overloads the one replica until a second is Ready; the default
     # overload guard (Reject past a 20 ms queue wait) would refuse part of that burst, and
@@ -306,13 +311,17 @@ def _judge(
             f"give-back not judged: Triton's p99 {low_p99:.1f} ms > SLO in the "
             "step down (the machine was too slow to serve it)"
         )
-    elif end >= peak and down_at + 2 * learned_horizon(samples[-1]) + 2 * INTERVAL_S > low_end:
-        # The step up's count is kept for two horizons by design: pods that started this
-        # slowly (a starved machine) keep it past the end of the step down.
+    elif (
+        end >= peak
+        and down_at + 2 * learned_horizon(samples[-1]) + SCALE_DOWN_WINDOW_S + 2 * INTERVAL_S
+        > low_end
+    ):
+        # The step up's count is kept two horizons and the window by design: pods that
+        # started this slowly (a starved machine) keep it past the end of the step down.
         unjudged.append(
             f"give-back not judged: a horizon of {learned_horizon(samples[-1]):.0f} s "
-            f"(status.learned) keeps the step up's replicas past the {low_end - down_at:.0f} s "
-            "step down"
+            f"(status.learned) and the {SCALE_DOWN_WINDOW_S} s window keep the step up's "
+            f"replicas past the {low_end - down_at:.0f} s step down"
         )
     elif end >= peak:
         # Judged after every other check, so that a failure here still reports the rest.

@@ -495,10 +495,8 @@ def test_no_scale_down_while_the_observed_p99_breaks_the_slo() -> None:
         scale_down_window_s=0.0,
     )
     light = _plant(spec, CPU_DEMO, 0.0, 100.0, 4, 0)
-    # a history whose last recommendation is older than any window: nothing waits
-    quiet = TuningState(recommendations=((-3600.0, 1),))
-    assert decide(light, spec, quiet).replicas < 4  # the model alone gives back
-    hot = decide(replace(light, p99_ms=80.0), spec, quiet)
+    assert decide(light, spec, TuningState()).replicas < 4  # the model alone gives back
+    hot = decide(replace(light, p99_ms=80.0), spec, TuningState())
     assert hot.replicas == 4 and "no scale-down while p99 80 ms > SLO 50 ms" in hot.reason
 
 

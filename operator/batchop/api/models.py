@@ -722,9 +722,8 @@ class AutotuneSpec(APIModel):
         ge=0,
         le=3600,
         description="Replicas fall only to the highest count recommended over this many "
-        "seconds (as the HPA's scale-down stabilization window), or over two pod starts "
-        "plus two ticks when that is longer. Short by default: the sizing (coverage), not "
-        "this window, holds replicas between bursts.",
+        "seconds (as the HPA's scale-down stabilization window). Short by default: the "
+        "sizing (coverage), not this window, holds replicas between bursts.",
     )
     coverage: float = Field(
         default=0.95,

@@ -18,10 +18,10 @@ learning in `decide`; 3: `_demand`; 4: `_choose_replicas`; 5: `_choose_delay`):
    starting).
 4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
    at that demand, counting replicas still starting, within [min, max] and what the cluster
-   can schedule. Up at once (several if needed); down only to the highest recommendation
-   over two horizons (or the longer scale-down window) and to what the sizing's hold keeps
-   (the busiest load of the last two horizons at half the risk), both at once: the same
-   sizing in both directions, so a scale-down is not undone by the growth the sizing
+   can schedule. Up at once (several if needed); down only when the lower count also
+   serves what the sizing keeps (the busiest load of the last two horizons at half the
+   risk), and then only to the highest such recommendation over the scale-down window: the
+   same sizing in both directions, so a scale-down is not undone by the growth the sizing
    already expected; and never while the observed p99 breaks the SLO. An observed p99 over
    the SLO on two settled ticks forces a scale-up even when the model disagrees, unless the
    delay explains it, a past backlog is draining, or a change or a fall in load happened
@@ -555,10 +555,7 @@ def _choose_replicas(
     lat_delay = spec.min_delay_us if spec.tune_delay else obs.delay_us
     need_up = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, lat_delay)
     need_down = model.replicas_for(demand.hold_rps, spec.min_replicas, spec.max_replicas, lat_delay)
-    # What the sizing's hold keeps (never more than runs): apart from the recommendation,
-    # so that the scale-down window below runs alongside the hold, not after it.
-    hold_n = min(max(cur_n, spec.min_replicas), need_down)
-    rec = need_up
+    rec = max(need_up, min(max(cur_n, spec.min_replicas), need_down))
     why = (
         f"predicted p99 {_fmt_ms(model.p99(plan_rps / max(1, cur_n), obs.delay_us))} ms"
         f" vs target {_fmt_ms(model.target)} ms at {_fmt_rate(plan_rps)} rps "
@@ -590,19 +587,19 @@ def _choose_replicas(
         rec = cur_n
     # Fewer replicas only while the SLO holds: a model that sees room while the observed
     # p99 breaks the SLO is wrong here (seen on a starved machine: 3 → 2 → 3 replicas).
-    if max(rec, hold_n) < cur_n and rps > 0 and now.p99_current and p99_ms > spec.slo_ms:
+    if rec < cur_n and rps > 0 and now.p99_current and p99_ms > spec.slo_ms:
         notes.append(
-            f"{_replicas(max(rec, hold_n))} would do by the model; no scale-down while p99 "
+            f"{_replicas(rec)} would do by the model; no scale-down while p99 "
             f"{_fmt_ms(p99_ms)} ms > SLO {_fmt_ms(spec.slo_ms)} ms"
         )
         rec = cur_n
     rec = min(max(rec, spec.min_replicas), spec.max_replicas)
     if not recs:  # no history: the running count is the recommendation to wait out
         recs = ((t, cur_n),)
-    # Down only to the most recommended over two horizons (a scale-down undone within two
-    # pod starts is a reversal) or the longer scale-down window, and to what the sizing's
-    # hold keeps (the busiest load of the last two horizons): both at once, not in series.
-    window = max(spec.scale_down_window_s, 2 * demand.horizon_s)
+    # Down only to the most recommended over the scale-down window (as the HPA's
+    # stabilization: a recommendation is the count wanted, the sizing's hold included, so
+    # a burst gap shorter than the window keeps the burst's replicas).
+    window = spec.scale_down_window_s
     recs = tuple((ts, n) for ts, n in recs if ts > t - window) + ((t, rec),)
     if rec > cur_n:
         replicas = min(rec, hi)
@@ -610,8 +607,8 @@ def _choose_replicas(
             notes.append(f"capacity limited: {rec} wanted, {replicas} schedulable")
     else:
         window_max = max(n for _, n in recs)
-        replicas = min(cur_n, max(rec, window_max, hold_n))
-        if max(rec, hold_n) < cur_n and replicas == cur_n:
+        replicas = min(cur_n, max(rec, window_max))
+        if rec < cur_n and replicas == cur_n:
             notes.append(f"{rec} replicas would do; scale-down waits for the {window:.0f} s window")
     replicas = min(max(replicas, spec.min_replicas), spec.max_replicas)
     if obs.schedulable_headroom is not None and replicas > cur_n:
