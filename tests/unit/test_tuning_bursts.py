@@ -114,6 +114,16 @@ def test_a_load_falling_through_a_level_is_not_sized_for_the_rise_through_it() -
     assert down.hold_rps == pytest.approx(max(day[99 - 9 : 99]))
 
 
+def test_between_recurring_bursts_the_burst_is_kept_once_not_grown_by_itself() -> None:
+    """A quiet load whose next horizon often brings a burst is sized for the burst, and keeps
+    what the burst needs. The burst's own ticks grow by nothing: what is kept is not the
+    burst x the quiet load's growth (that held the maximum count between bursts)."""
+    mem = memory(([100.0] * 14 + [500.0] * 2) * 6 + [100.0] * 9, step=15.0, horizon=60.0)
+    got = sizing.size(mem, 100.0, 60.0, 0.95)
+    assert got.rps == pytest.approx(500.0)  # 101 x 501/101 - 1
+    assert got.hold_rps == pytest.approx(500.0)
+
+
 def test_before_any_label_the_load_now_is_sized_with_the_cold_growth() -> None:
     got = sizing.size(sizing.Memory(), 200.0, 60.0, 0.95)
     assert got.rps == pytest.approx(200.0 * sizing.COLD_GROWTH) and got.labels == 0

@@ -121,9 +121,12 @@ def size(mem: Memory, load: float, horizon_s: float, coverage: float) -> Sizing:
     def apart(a: tuple[float, float], lab: tuple[float, ...]) -> float:
         return max(abs(_level(lab[1]) - a[0]), abs(lab[2] - a[1]))
 
-    nearest = min(mem.labels, key=lambda lab: apart(here, lab))
-    at = here if apart(here, nearest) <= width else (_level(nearest[1]), nearest[2])
-    pool = [lab for lab in mem.labels if apart(at, lab) <= width]
+    def alike(a: tuple[float, float]) -> list[tuple[float, ...]]:
+        nearest = min(mem.labels, key=lambda lab: apart(a, lab))
+        at = a if apart(a, nearest) <= width else (_level(nearest[1]), nearest[2])
+        return [lab for lab in mem.labels if apart(at, lab) <= width]
+
+    pool = alike(here)
     one = max(1.0, _quantile([lab[3] for lab in pool], coverage))
     # Giving a replica back must be surer than asking for one (half the risk), or a load at
     # the edge of a count would take it and give it back by turns.
@@ -131,12 +134,16 @@ def size(mem: Memory, load: float, horizon_s: float, coverage: float) -> Sizing:
     # ... from the busiest load of the last two horizons (the ticks still unlabelled), not
     # only the load now: the count asked for then is given back only once that has passed.
     busiest = max([load, *(x for ts, x, _ in mem.loads if ts >= mem.labelled_to_s)])
-    # And what is kept serves the demand the sizing would ask for at the load those two
-    # horizons may bring (that load x the one-horizon growth), not only that load: else a
-    # load at the edge of a count gives a replica back and asks for it again a tick later.
+    # What is kept serves what the sizing would ask for at the load those two horizons may
+    # bring: that load times the growth of the ticks alike to it (at the trend of the rise
+    # the two horizons may bring, or now's), else a load at the edge of a count gives a
+    # replica back and asks for it again a tick later. Not times now's growth: a burst's
+    # own ticks do not grow by the burst again.
+    ahead = (busiest + UNIT_RPS) * two - UNIT_RPS
+    then = alike((_level(ahead), max(here[1], math.log(two))))
     return Sizing(
         (load + UNIT_RPS) * one - UNIT_RPS,
-        (busiest + UNIT_RPS) * two * one - UNIT_RPS,
+        (ahead + UNIT_RPS) * max(1.0, _quantile([lab[3] for lab in then], coverage)) - UNIT_RPS,
         one,
         len(pool),
         horizon_s,
