@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from batchop_dev.local.cluster import SERVICE_CIDR, LocalCluster
-from batchop_dev.local.nodes import GPU_RESOURCE, LOCAL_LABEL, POD_NETWORK
+from batchop_dev.local.nodes import GPU_RESOURCE, LOCAL_LABEL
 
 pytestmark = pytest.mark.integration
 
@@ -52,8 +52,19 @@ def test_nodes_are_ready_and_advertise_gpus(cluster: LocalCluster) -> None:
         assert node["status"]["allocatable"][GPU_RESOURCE] == str(cluster.gpus_per_node)
         ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
         assert ready and ready[0]["status"] == "True"
-        assert ipaddress.ip_network(node["spec"]["podCIDR"]).subnet_of(POD_NETWORK)
+        assert ipaddress.ip_network(node["spec"]["podCIDR"]).subnet_of(cluster.pod_network)
     assert cluster.status().gpus == cluster.node_count * cluster.gpus_per_node
+
+
+def test_clusters_running_at_once_hand_out_disjoint_pod_networks(
+    cluster: LocalCluster, own_cluster: LocalCluster
+) -> None:
+    """Two clusters on one machine once gave two pods the same 127.10.1.x address, and one
+    Prometheus scraped the other cluster's Triton."""
+    assert not cluster.pod_network.overlaps(own_cluster.pod_network)
+    for local in (cluster, own_cluster):
+        for node in local.kubectl_json("get", "nodes", "-l", f"{LOCAL_LABEL}=true")["items"]:
+            assert ipaddress.ip_network(node["spec"]["podCIDR"]).subnet_of(local.pod_network)
 
 
 def test_service_ips_come_from_the_wide_service_range(cluster: LocalCluster) -> None:

@@ -19,6 +19,22 @@ def test_each_node_gets_its_own_loopback_slash_24() -> None:
     assert str(cidrs[0]) == "127.10.1.0/24"
 
 
+def test_a_cluster_takes_the_first_pod_network_no_other_cluster_holds() -> None:
+    assert nodes.pod_network([]) == nodes.POD_NETWORK
+    assert str(nodes.pod_network(["127.10.0.0/16"])) == "127.11.0.0/16"
+    assert str(nodes.pod_network(["127.11.0.0/16", "127.10.0.0/16"])) == "127.12.0.0/16"
+    # A gap left by a cluster taken down is reused.
+    assert str(nodes.pod_network(["127.10.0.0/16", "127.12.0.0/16"])) == "127.11.0.0/16"
+    listing = nodes.node_list(2, 4, network=nodes.pod_network(["127.10.0.0/16"]))
+    assert [n["spec"]["podCIDR"] for n in listing["items"]] == ["127.11.1.0/24", "127.11.2.0/24"]
+
+
+def test_no_pod_network_left_is_an_error_that_says_what_to_do() -> None:
+    every = [f"127.{octet}.0.0/16" for octet in range(10, nodes.LAST_NETWORK_OCTET + 1)]
+    with pytest.raises(ValueError, match="batchop local down"):
+        nodes.pod_network(every)
+
+
 def test_node_advertises_gpus_cpu_memory_and_kwok_marks() -> None:
     node = nodes.node_manifest(3, gpus=8, cpu="16", memory="64Gi")
     for key in ("capacity", "allocatable"):

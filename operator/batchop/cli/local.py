@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "with fake GPU nodes",
         description="Manage a local cluster: real etcd, kube-apiserver, kube-controller-manager "
         "and kube-scheduler run by `kwokctl --runtime binary`; KWOK fakes GPU nodes whose pods "
-        "get 127.10.x.y addresses. The first `up` builds the binaries (tens of minutes).",
+        "get loopback addresses (127.10.x.y in the first cluster, 127.11.x.y in a second "
+        "running beside it). The first `up` builds the binaries (tens of minutes).",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 

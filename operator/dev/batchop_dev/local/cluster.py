@@ -3,7 +3,8 @@
 etcd, kube-apiserver (RBAC on), kube-controller-manager and kube-scheduler are the binaries
 built by batchop_dev.local.build; kwok-controller plays kubelet for the fake nodes. Every binary
 is passed explicitly (kwokctl would otherwise try to download it, and there is no internet).
-kwokctl picks free ports, so clusters with different names run side by side.
+kwokctl picks free ports and each cluster hands out pod IPs from a loopback network of its own
+(nodes.pod_network), so clusters with different names run side by side.
 
     cluster = LocalCluster("demo").up()      # builds binaries on first use
     cluster.kubectl("get", "nodes")
@@ -13,6 +14,7 @@ kwokctl picks free ports, so clusters with different names run side by side.
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import json
 import os
 import re
@@ -57,6 +59,9 @@ rules:
 # The virtual ClusterIP range. kube-apiserver's default is a /24 (253 Services), too few for
 # the 1,000-model scale benchmark; nothing binds these addresses (pods use loopback IPs).
 SERVICE_CIDR = "10.96.0.0/16"
+# The pod network a cluster was made with, kept in its kwokctl work directory (and gone with
+# it), so that a cluster made later, by any process, picks another.
+NETWORK_FILE = "batchop-pod-network"
 
 
 class ClusterError(RuntimeError):
@@ -246,6 +251,11 @@ class LocalCluster:
         return self.workdir / "logs" / "audit.log"
 
     @property
+    def pod_network(self) -> ipaddress.IPv4Network:
+        """The loopback network this cluster's pods get addresses from."""
+        return _recorded_network(self.workdir)
+
+    @property
     def log_path(self) -> Path:
         return build.cache_root() / "logs" / f"kwokctl-{self.name}.log"
 
@@ -320,20 +330,40 @@ class LocalCluster:
                 f"port {self.port} on 127.0.0.1 is in use; pick another --port "
                 "or leave it out to let kwokctl choose a free one"
             )
-        manifest = nodes.node_list(self.node_count, self.gpus_per_node, self.cpu, self.memory)
+        nodes.node_list(self.node_count, self.gpus_per_node, self.cpu, self.memory)  # sizes ok?
         binaries = build.ensure_binaries(self._say)
         with creation_lock():
             started = time.monotonic()
-            self._create(binaries, manifest, timeout_s, started)
+            network = nodes.pod_network(self._networks_of_others())
+            manifest = nodes.node_list(
+                self.node_count, self.gpus_per_node, self.cpu, self.memory, network=network
+            )
+            self._create(binaries, manifest, network, timeout_s, started)
         self._say(
             f"cluster {self.name!r} up in {time.monotonic() - started:.1f}s: "
-            f"{self.node_count} nodes x {self.gpus_per_node} {nodes.GPU_RESOURCE}; "
-            f"kubeconfig {self.kubeconfig}"
+            f"{self.node_count} nodes x {self.gpus_per_node} {nodes.GPU_RESOURCE}, "
+            f"pods on {network}; kubeconfig {self.kubeconfig}"
         )
         return self
 
+    def _networks_of_others(self) -> list[str]:
+        """The pod networks of every other cluster kwokctl knows (running or not)."""
+        root = kwok_workdir() / "clusters"
+        if not root.is_dir():
+            return []
+        return [
+            str(_recorded_network(d))
+            for d in sorted(root.iterdir())
+            if d.name != self.name and (d / "kwok.yaml").exists()
+        ]
+
     def _create(
-        self, binaries: build.Binaries, manifest: dict, timeout_s: float, started: float
+        self,
+        binaries: build.Binaries,
+        manifest: dict,
+        network: ipaddress.IPv4Network,
+        timeout_s: float,
+        started: float,
     ) -> None:
         self._say(f"starting cluster {self.name!r} (kwokctl --runtime binary)")
         args = [
@@ -381,6 +411,7 @@ class LocalCluster:
                 f"kwokctl create cluster {self.name!r} failed: {_tail(output)} "
                 f"(log: {self.log_path}; component logs: {self._kept_logs})"
             )
+        (self.workdir / NETWORK_FILE).write_text(f"{network}\n")
         try:
             self.kubectl("create", "-f", "-", input=json.dumps(manifest))
             self._wait_ready(deadline=started + timeout_s)
@@ -481,6 +512,15 @@ class LocalCluster:
         self.kubectl(
             "wait", "--for=condition=Established", "--timeout=60s", "crd/batchedmodels.batchop.io"
         )
+
+
+def _recorded_network(workdir: Path) -> ipaddress.IPv4Network:
+    """The pod network recorded in a cluster's work directory; a cluster made before networks
+    were recorded used nodes.POD_NETWORK."""
+    try:
+        return ipaddress.IPv4Network((workdir / NETWORK_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return nodes.POD_NETWORK
 
 
 def _tail(text: str, lines: int = 8) -> str:

@@ -17,7 +17,7 @@ pod whose every container image podman has, this does what a kubelet does, with 
 - the container stopped (SIGTERM, grace period, SIGKILL) when the pod goes.
 
 Host network: every pod shares the host's, so a wildcard bind ("0.0.0.0" in the env or
-args) would collide between pods (and with Triton pods on 127.10.x.y:8000); it becomes the
+args) would collide between pods (and with Triton pods on their 127.N.x.y:8000); it becomes the
 pod's own address, as a pod network namespace gives each pod its own. Anything else a
 kubelet would do that this does not (secret/configMap env, other volume kinds, exec probes)
 is a PodSpecError naming the field: the pod shows CreateContainerConfigError, never a
@@ -588,8 +588,8 @@ class ImagePodRunner(PodLoop):
             return
         busy = address_in_use(run.launch.address, run.launch.ports)
         if busy:
-            # Another local cluster's pod (all use 127.10/16) holds the address: say so and
-            # retry, rather than crash-loop the container.
+            # Another process (not a pod of another local cluster: each has a network of its
+            # own) holds the address: say so and retry, rather than crash-loop the container.
             state.waiting_reason = "PortInUse"
             state.message = f"{busy} is already in use on this machine"
             run.next_start = now + self.max_backoff_s / 4

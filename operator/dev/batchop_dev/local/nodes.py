@@ -1,30 +1,51 @@
 """Manifests of the fake GPU nodes of the local cluster (pure; no I/O).
 
 KWOK keeps these nodes Ready and plays kubelet for pods bound to them. Each node gets a /24
-of 127.10.0.0/16 as spec.podCIDR; KWOK gives pods addresses from their node's podCIDR, so
-every pod IP is a loopback address a local process (the pod runner) can bind.
+of its cluster's pod network (a 127.N.0.0/16) as spec.podCIDR; KWOK gives pods addresses from
+their node's podCIDR, so every pod IP is a loopback address a local process (the pod runner)
+can bind. Clusters running at once get different networks (see pod_network), so two pods of
+two clusters never share an address.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"
-POD_NETWORK = ipaddress.ip_network("127.10.0.0/16")
+# The first cluster's pod network, and the one a cluster made before networks were chosen
+# per cluster used. Later clusters take 127.11/16, 127.12/16, ... (127.0/8's other /16s are
+# left to the tests' own servers: Triton on 127.0.x.y, Prometheus on 127.0.0.1).
+POD_NETWORK = ipaddress.IPv4Network("127.10.0.0/16")
+LAST_NETWORK_OCTET = 250
 NODE_PREFIX = "gpu-node"
 LOCAL_LABEL = "batchop.io/local-node"
-MAX_NODES = 254  # 127.10.1.0/24 .. 127.10.254.0/24
+MAX_NODES = 254  # 127.N.1.0/24 .. 127.N.254.0/24
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 
-def pod_cidr(index: int) -> str:
-    """The podCIDR of node `index` (0-based): 127.10.<index+1>.0/24."""
+def pod_network(taken: Iterable[str]) -> ipaddress.IPv4Network:
+    """The first 127.N.0.0/16 (N from 10) that no network in `taken` overlaps."""
+    used = [ipaddress.ip_network(t) for t in taken]
+    first = int(POD_NETWORK.network_address.packed[1])
+    for octet in range(first, LAST_NETWORK_OCTET + 1):
+        candidate = ipaddress.IPv4Network(f"127.{octet}.0.0/16")
+        if not any(candidate.overlaps(u) for u in used):
+            return candidate
+    raise ValueError(
+        f"every pod network 127.{first}.0.0/16 .. 127.{LAST_NETWORK_OCTET}.0.0/16 is taken "
+        "by another local cluster; `batchop local down --name NAME` one of them"
+    )
+
+
+def pod_cidr(index: int, network: ipaddress.IPv4Network = POD_NETWORK) -> str:
+    """The podCIDR of node `index` (0-based): 127.N.<index+1>.0/24 of `network`."""
     if not 0 <= index < MAX_NODES:
         raise ValueError(f"node index {index}: must be in [0, {MAX_NODES})")
-    subnet = list(POD_NETWORK.subnets(new_prefix=24))[index + 1]
+    subnet = list(network.subnets(new_prefix=24))[index + 1]
     return str(subnet)
 
 
@@ -33,7 +54,12 @@ def node_name(index: int) -> str:
 
 
 def node_manifest(
-    index: int, gpus: int, cpu: str = "32", memory: str = "256Gi", pods: int = 110
+    index: int,
+    gpus: int,
+    cpu: str = "32",
+    memory: str = "256Gi",
+    pods: int = 110,
+    network: ipaddress.IPv4Network = POD_NETWORK,
 ) -> dict[str, Any]:
     """A Node that KWOK manages, advertising `gpus` nvidia.com/gpu plus cpu/memory/pods.
 
@@ -65,7 +91,7 @@ def node_manifest(
                 "nvidia.com/gpu.present": "true" if gpus else "false",
             },
         },
-        "spec": {"podCIDR": pod_cidr(index), "podCIDRs": [pod_cidr(index)]},
+        "spec": {"podCIDR": pod_cidr(index, network), "podCIDRs": [pod_cidr(index, network)]},
         "status": {
             "capacity": dict(resources),
             "allocatable": dict(resources),
@@ -77,9 +103,15 @@ def node_manifest(
     }
 
 
-def node_list(count: int, gpus_per_node: int, cpu: str = "32", memory: str = "256Gi") -> dict:
+def node_list(
+    count: int,
+    gpus_per_node: int,
+    cpu: str = "32",
+    memory: str = "256Gi",
+    network: ipaddress.IPv4Network = POD_NETWORK,
+) -> dict:
     """A v1 List of `count` GPU nodes, ready for `kubectl create -f -`."""
     if not 1 <= count <= MAX_NODES:
         raise ValueError(f"nodes: {count} must be in [1, {MAX_NODES}]")
-    items = [node_manifest(i, gpus_per_node, cpu, memory) for i in range(count)]
+    items = [node_manifest(i, gpus_per_node, cpu, memory, network=network) for i in range(count)]
     return {"apiVersion": "v1", "kind": "List", "items": items}

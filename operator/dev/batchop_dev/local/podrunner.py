@@ -1,13 +1,13 @@
 """The pod runner: plays kubelet for the Triton pods of the local cluster.
 
-KWOK schedules pods onto fake nodes and gives them a 127.10.x.y address, but nothing runs.
-For each Running pod carrying the BatchedModel label, this starts a real tritonserver bound to
-that address with the flags the pod's container asks for, and reports readiness back into the
-pod's status the way a kubelet does (the Ready/ContainersReady conditions and
-containerStatuses[].ready, patched on the status subresource). A crashed server is restarted
-with back-off and counted in restartCount; a server whose pod is gone or terminating is
-stopped after the container's preStop sleep, as a kubelet would (it keeps answering while
-clients drop the pod from their targets).
+KWOK schedules pods onto fake nodes and gives them a loopback address (127.N.x.y, N per
+cluster), but nothing runs. For each Running pod carrying the BatchedModel label, this starts
+a real tritonserver bound to that address with the flags the pod's container asks for, and
+reports readiness back into the pod's status the way a kubelet does (the Ready/
+ContainersReady conditions and containerStatuses[].ready, patched on the status
+subresource). A crashed server is restarted with back-off and counted in restartCount; a
+server whose pod is gone or terminating is stopped after the container's preStop sleep, as a
+kubelet would (it keeps answering while clients drop the pod from their targets).
 
 Run it on a cluster in "probes" readiness mode (batchop_dev.local.stages): there KWOK starts a pod
 that has a readinessProbe as Running but not Ready, and the runner is its prober. On a cluster
@@ -229,7 +229,7 @@ def ports_in_use(spec: LaunchSpec) -> str | None:
 
 def address_in_use(address: str, ports: tuple[int, ...]) -> str | None:
     """The first `address:port` something already listens on (all pods share the host's
-    network here, and other local clusters use the same 127.10/16 addresses)."""
+    network here)."""
     for port in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -451,8 +451,8 @@ class PodRunner(PodLoop):
             if run.server is None and now >= run.next_start:
                 busy = ports_in_use(run.spec)
             if busy:
-                # Another process (e.g. a pod of another local cluster: all use 127.10/16)
-                # holds the address: say so and retry later instead of crash-looping Triton.
+                # Another process (a server left over from an earlier run, say) holds the
+                # address: say so and retry later instead of crash-looping Triton.
                 state.waiting_reason = "PortInUse"
                 state.message = f"{busy} is already in use on this machine"
                 state.running = state.ready = False
