@@ -104,9 +104,7 @@ def namespace(cluster: Any) -> Iterator[str]:
         "-f",
         str(ROOT / "crds" / "batchedmodel.yaml"),
     )
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/batchedmodels.batchop.io"
-    )
+    cluster.wait_established("batchedmodels.batchop.io")
     ns = f"load-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", ns)
     yield ns

@@ -29,9 +29,7 @@ CRD = Path(__file__).resolve().parents[2] / "crds" / "batchedmodel.yaml"
 @pytest.fixture(scope="module")
 def api(cluster: Any) -> Any:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/batchedmodels.batchop.io"
-    )
+    cluster.wait_established("batchedmodels.batchop.io")
     return cluster
 
 

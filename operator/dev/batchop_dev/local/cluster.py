@@ -509,9 +509,31 @@ class LocalCluster:
         from batchop.api.crd import crd_yaml
 
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=crd_yaml())
-        self.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", "crd/batchedmodels.batchop.io"
-        )
+        self.wait_established("batchedmodels.batchop.io")
+
+    def wait_established(self, *crds: str, timeout_s: float = 60.0) -> None:
+        """Wait until each CRD is served (condition Established).
+
+        Not `kubectl wait --for=condition=Established`: on a CRD just created, before the
+        API server has written its first conditions, that fails at once ("accessor error:
+        <nil>") instead of waiting; seen on a loaded machine."""
+        deadline = time.monotonic() + timeout_s
+        for crd in crds:
+            while True:
+                got = self.kubectl("get", "crd", crd, "-o", "json", check=False, timeout=30)
+                if got.returncode == 0:
+                    conditions = (json.loads(got.stdout).get("status") or {}).get("conditions")
+                    if any(
+                        x.get("type") == "Established" and x.get("status") == "True"
+                        for x in conditions or []
+                    ):
+                        break
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"CRD {crd} not Established after {timeout_s:.0f}s: "
+                        f"{(got.stderr or got.stdout).strip()[-300:]}"
+                    )
+                time.sleep(0.2)
 
 
 def _recorded_network(workdir: Path) -> ipaddress.IPv4Network:
