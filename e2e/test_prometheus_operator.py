@@ -88,13 +88,12 @@ def monitoring() -> build.MonitoringBinaries:
 def crd_cluster(monitoring: build.MonitoringBinaries, own_cluster: Any) -> Any:
     """The module's cluster with the Prometheus Operator's CRDs (from its module) served."""
     own_cluster.kubectl("apply", "--server-side", "-f", str(monitoring.crds))
-    for crd in ("podmonitors", "servicemonitors", "prometheuses"):
-        own_cluster.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            f"crd/{crd}.monitoring.coreos.com",
+    own_cluster.wait_established(
+        *(
+            f"{crd}.monitoring.coreos.com"
+            for crd in ("podmonitors", "servicemonitors", "prometheuses")
         )
+    )
     return own_cluster
 
 
@@ -152,11 +151,45 @@ def _operator_config(
         yield operator, config, secret
 
 
-def _batched_model() -> Any:
+def _batched_model(namespace: str = NAMESPACE, name: str | None = None) -> Any:
     manifest = yaml.safe_load((ROOT / "examples" / "cpu-demo.yaml").read_text())
-    manifest["metadata"]["namespace"] = NAMESPACE
+    manifest["metadata"]["namespace"] = namespace
+    if name is not None:
+        manifest["metadata"]["name"] = name
     manifest["spec"]["scaling"]["replicas"] = 2
     return parse_batched_model(manifest)
+
+
+def _apply_children(cluster: Any, bm: Any, port: str | None = None) -> dict[str, Any]:
+    """Apply the Deployment and the PodMonitor batchop renders for `bm` (the PodMonitor's
+    port replaced by `port` when given); returns the PodMonitor."""
+    options = RenderOptions(pod_monitor_labels=SELECTOR_LABELS, scrape_interval="5s")
+    kinds = {child["kind"]: child for child in render_children(bm, options)}
+    monitor = kinds["PodMonitor"]
+    if port is not None:
+        monitor["spec"]["podMetricsEndpoints"][0]["port"] = port
+    for child in (kinds["Deployment"], monitor):
+        cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(child))
+    return monitor
+
+
+def _pods_with_ips(cluster: Any, namespace: str, count: int) -> list[dict[str, Any]]:
+    def probe() -> list[dict[str, Any]] | None:
+        pods = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", c.LABEL_MODEL)["items"]
+        up = [p for p in pods if (p.get("status") or {}).get("podIP")]
+        return up if len(up) == count else None
+
+    return wait_for(probe, f"{count} pods with pod IPs in {namespace}", timeout=120)
+
+
+def _statefulset(cluster: Any, namespace: str) -> dict[str, Any]:
+    return wait_for(
+        lambda: cluster.kubectl_json(
+            "get", "statefulsets", "-n", namespace, "-l", f"prometheus={PROMETHEUS}"
+        )["items"],
+        "the operator's StatefulSet",
+        timeout=60,
+    )[0]
 
 
 def _job(config: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -178,21 +211,8 @@ def test_real_operator_reads_batchops_pod_monitor(
     cluster.kubectl("create", "namespace", NAMESPACE)
 
     bm = _batched_model()
-    options = RenderOptions(pod_monitor_labels=SELECTOR_LABELS, scrape_interval="5s")
-    children = render_children(bm, options)
-    kinds = {child["kind"]: child for child in children}
-    monitor = kinds["PodMonitor"]
-    for child in (kinds["Deployment"], monitor):
-        cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(child))
-
-    def running_pods() -> list[dict[str, Any]] | None:
-        pods = cluster.kubectl_json(
-            "get", "pods", "-n", NAMESPACE, "-l", f"{c.LABEL_MODEL}={bm.metadata.name}"
-        )["items"]
-        up = [p for p in pods if (p.get("status") or {}).get("podIP")]
-        return up if len(up) == 2 else None
-
-    pods = wait_for(running_pods, "the Deployment's 2 pods with pod IPs", timeout=120)
+    monitor = _apply_children(cluster, bm)
+    pods = _pods_with_ips(cluster, NAMESPACE, 2)
     pod_ips = {p["metadata"]["name"]: p["status"]["podIP"] for p in pods}
     assert all(ip.startswith("127.") for ip in pod_ips.values()), pod_ips
 
@@ -202,13 +222,7 @@ def test_real_operator_reads_batchops_pod_monitor(
         config,
         secret,
     ):
-        statefulset = wait_for(
-            lambda: cluster.kubectl_json(
-                "get", "statefulsets", "-n", NAMESPACE, "-l", f"prometheus={PROMETHEUS}"
-            )["items"],
-            "the operator's StatefulSet",
-            timeout=60,
-        )[0]
+        statefulset = _statefulset(cluster, NAMESPACE)
 
     job = _job(config, job_name)
     assert job is not None
@@ -293,6 +307,82 @@ def test_real_operator_reads_batchops_pod_monitor(
         f"(e.g. job {real[next(iter(pod_ips))].get('job')!r} vs "
         f"{ours[next(iter(pod_ips))].get('job')!r})"
     )
+
+
+def test_a_pod_monitor_keeping_a_port_the_pods_lack_says_what_to_check(
+    monitoring: build.MonitoringBinaries, crd_cluster: Any, tmp_path: Path
+) -> None:
+    """Two models in one namespace: one PodMonitor as batchop renders it, one keeping a port
+    named `metricz` that the pods lack. The real operator's config (expanded by the real
+    reloader) runs in Prometheus 3, which drops the second model's pods by the port rule;
+    batchop's own observer reads that Prometheus, and the conditions the tuning loop writes
+    (the same functions: why_no_metrics, build_observation, tuner_conditions; kopf's
+    operator is not run, as it would put the port back) are MetricsAvailable=False for
+    both, with different things to check: the first's targets are down (KWOK's pods run no
+    Triton here), the second has no target at all."""
+    from batchop.api.tuning_spec import tuning_spec
+    from batchop.controller.autotune import tuner_conditions
+    from batchop.observe.prometheus import PrometheusObserver, build_observation, why_no_metrics
+
+    cluster, namespace = crd_cluster, "wrong-port"
+    cluster.kubectl("create", "namespace", namespace)
+    good, bad = _batched_model(namespace), _batched_model(namespace, "cpu-demo-port")
+    _apply_children(cluster, good)
+    bad_monitor = _apply_children(cluster, bad, port="metricz")
+    pods = _pods_with_ips(cluster, namespace, 4)
+    bad_pods = {
+        p["metadata"]["name"]
+        for p in pods
+        if p["metadata"]["labels"][c.LABEL_MODEL] == bad.metadata.name
+    }
+
+    job_name = f"podMonitor/{namespace}/{bad_monitor['metadata']['name']}/0"
+    with _operator_config(cluster, monitoring, namespace, tmp_path / "operator", job_name) as (
+        _,
+        _,
+        secret,
+    ):
+        statefulset = _statefulset(cluster, namespace)
+    env = reloader_env(statefulset, f"{statefulset['metadata']['name']}-0")
+    expanded = expand_config(
+        monitoring.config_reloader, config_bytes(secret), tmp_path / "reloader", env
+    )
+    with prometheus.PrometheusServer(
+        None, binary=monitoring.prometheus, config=expanded, workdir=tmp_path / "prometheus3"
+    ) as server:
+
+        def settled() -> dict[str, Any] | None:
+            dropped = {
+                t["discoveredLabels"].get("__meta_kubernetes_pod_name")
+                for t in server.dropped_targets()
+                if t["discoveredLabels"].get("job") == job_name
+            }
+            parts = PrometheusObserver(server.url, window="20s").observe()
+            seen = parts.get((namespace, good.metadata.name))
+            if dropped >= bad_pods and seen is not None and seen.targets == 2:
+                return parts
+            return None
+
+        parts = wait_for(
+            settled,
+            "the good model's 2 targets and the other's pods dropped",
+            timeout=90,
+            context=lambda: (
+                f"active: {server.active_targets()}\ndropped: {server.dropped_targets()}"
+            ),
+        )
+
+    assert (namespace, bad.metadata.name) not in parts
+    for bm, says in ((good, "2 target(s) for this model are down"), (bad, "no pod")):
+        part = parts.get((namespace, bm.metadata.name))
+        why = why_no_metrics(part)
+        obs = build_observation(part, time_s=0.0, replicas=2, ready_replicas=2, delay_us=500)
+        available = next(
+            x for x in tuner_conditions(obs, tuning_spec(bm), why) if x.type == "MetricsAvailable"
+        )
+        assert available.status == "False" and why is not None and says in why, (bm, why)
+        assert available.message == why
+    assert "PodMonitor" in (why_no_metrics(None) or "")
 
 
 def test_real_operator_reads_the_charts_service_monitor(

@@ -14,6 +14,7 @@ from batchop.observe.prometheus import (
     build_observation,
     build_queries,
     parse_vector,
+    why_no_metrics,
 )
 
 
@@ -79,6 +80,25 @@ def test_assemble_lists_missing_parts_per_model() -> None:
     assert b.rps == 3.0
     assert set(b.missing) == {"avg_batch", "queue_ms", "compute_ms", "p99_ms", "pending"}
     assert b.scraped_pods == 0
+
+
+def test_no_target_and_targets_down_say_different_things_to_check() -> None:
+    """A PodMonitor no Prometheus uses (or one keeping a port the pods lack) leaves no
+    target at all; pods whose Triton does not answer leave targets that are down."""
+    per_metric = {
+        "targets": {("ns", "down"): 2.0, ("ns", "up"): 1.0},
+        "scraped_pods": {("ns", "up"): 1.0},
+        "rps": {("ns", "up"): 5.0},
+    }
+    parts = assemble(per_metric)
+    nothing = why_no_metrics(None)
+    assert nothing is not None and "PodMonitor" in nothing and "'metrics'" in nothing
+    down = why_no_metrics(parts[("ns", "down")])
+    assert down is not None and "2 target(s)" in down and "down" in down
+    assert parts[("ns", "down")].targets == 2
+    assert why_no_metrics(parts[("ns", "up")]) is None
+    # Series without a target count (as a test double builds them) are metrics all the same.
+    assert why_no_metrics(ObservationParts(rps=1.0, p99_ms=3.0)) is None
 
 
 def test_build_observation_from_fresh_parts() -> None:

@@ -50,6 +50,7 @@ from batchop.observe.prometheus import (
     PrometheusObserver,
     PrometheusUnavailable,
     build_observation,
+    why_no_metrics,
 )
 from batchop.tuning import decide as policy_decide
 from batchop.tuning.forecast import HISTORY_S as FORECAST_HISTORY_S
@@ -231,8 +232,8 @@ class TuningLoop:
             max_age_s=stale_after_s(spec),
             schedulable_headroom=0 if capacity.get("status") == "True" else None,
         )
-        if missing is None and parts.get(key) is None:
-            missing = "no Triton series for this model in Prometheus yet"
+        if missing is None:
+            missing = why_no_metrics(parts.get(key))
         state = self.states.get(key)
         if state is None:  # a new model, or this process is new: resume what status kept
             state = restore((bm.get("status") or {}).get("learned"), now)

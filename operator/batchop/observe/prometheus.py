@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from batchop.api.constants import LABEL_MODEL, PROM_LABEL_MODEL, ModelKey
+from batchop.api.constants import LABEL_MODEL, PORT_NAME_METRICS, PROM_LABEL_MODEL, ModelKey
 from batchop.tuning.types import Observation
 
 # The pod label naming a pod's BatchedModel, and the Prometheus label it becomes. The local
@@ -87,6 +87,8 @@ def build_queries(window: str = "1m") -> dict[str, str]:
         # Age of the freshest sample per BatchedModel: stale data must not drive scaling.
         "age_s": f"min by ({GROUP}) (time() - timestamp(nv_inference_request_success))",
         "scraped_pods": f'count by ({GROUP}) (up{{{BM_LABEL}!=""}} == 1)',
+        # Every target, up or down: none at all says the PodMonitor selects no pod's port.
+        "targets": f'count by ({GROUP}) (up{{{BM_LABEL}!=""}})',
     }
 
 
@@ -124,6 +126,7 @@ class ObservationParts:
     rate_history: tuple[tuple[float, float], ...] = ()
     age_s: float | None = None
     scraped_pods: int = 0
+    targets: int = 0  # Prometheus's targets for the model, up or down
     missing: tuple[str, ...] = field(default_factory=tuple)
 
     def stale(self, max_age_s: float) -> bool:
@@ -148,15 +151,39 @@ def assemble(
         values = {name: per_metric.get(name, {}).get(key) for name in PART_NAMES}
         missing = tuple(name for name in PART_NAMES if values[name] is None)
         pods = per_metric.get("scraped_pods", {}).get(key)
+        targets = per_metric.get("targets", {}).get(key)
         out[key] = ObservationParts(
             **values,
             rejected_rps=per_metric.get("rejected_rps", {}).get(key),
             peak_rps=per_metric.get("peak_rps", {}).get(key),
             age_s=per_metric.get("age_s", {}).get(key),
             scraped_pods=int(pods or 0),
+            targets=int(targets or 0),
             missing=missing,
         )
     return out
+
+
+def why_no_metrics(parts: ObservationParts | None) -> str | None:
+    """What to check when Prometheus shows nothing Triton reported for a model; None when
+    it shows something. Pure.
+
+    No target at all and targets that are all down are different faults: the first is the
+    monitoring's (no Prometheus selects the PodMonitor, or the PodMonitor keeps a port the
+    pods lack), the second the pods' (Triton does not answer on that port)."""
+    if parts is not None and (parts.scraped_pods > 0 or len(parts.missing) < len(PART_NAMES)):
+        return None
+    if parts is None or parts.targets == 0:
+        return (
+            "Prometheus scrapes no pod of this model (none while no pod runs): check that "
+            "a Prometheus selects its PodMonitor (podMonitorSelector and "
+            "podMonitorNamespaceSelector) and that the pods have the container port named "
+            f"'{PORT_NAME_METRICS}' the PodMonitor keeps"
+        )
+    return (
+        f"Prometheus's {parts.targets} target(s) for this model are down: check that Triton "
+        f"answers /metrics on the pods' '{PORT_NAME_METRICS}' port (--allow-metrics)"
+    )
 
 
 def build_observation(
