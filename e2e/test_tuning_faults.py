@@ -28,7 +28,7 @@ from batchop.api.constants import ANNOTATION_DELAY, LABEL_MODEL
 from batchop.api.models import parse_batched_model
 from batchop.sim.profile import load_profile
 from batchop.sim.trace import Trace
-from batchop_dev.local.demo import _LoadThread
+from batchop_dev.local.demo import LoadThread
 from batchop_dev.local.load import BatchedModelPods, run_load
 from batchop_dev.local.triton import write_model_repository
 from batchop_dev.polling import wait_for
@@ -87,7 +87,7 @@ def test_prometheus_outage_holds_then_resumes_and_a_rejected_reload_keeps_servin
         )
         source = BatchedModelPods(NAMESPACE, NAME, kubeconfig=str(cluster.kubeconfig))
         # Background traffic so Triton's series (p99 included) exist; cancelled at the end.
-        load = _LoadThread(Trace(seconds=(0.0, 900.0), rps=(30.0, 30.0), name="bg"), source)
+        load = LoadThread(Trace(seconds=(0.0, 900.0), rps=(30.0, 30.0), name="bg"), source)
         load.start()
         wait_for(
             lambda: _condition(_bm(cluster), "MetricsAvailable").get("status") == "True",

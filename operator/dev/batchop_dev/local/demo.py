@@ -232,7 +232,7 @@ def write_plot(result: DemoResult, path: Path) -> None:
     plt.close(fig)
 
 
-class _LoadThread:
+class LoadThread:
     """Runs the async load generator in a thread so the main thread can sample and print."""
 
     def __init__(self, trace: Any, source: Any) -> None:
@@ -315,7 +315,7 @@ def run_demo(
             )
             cluster.up(replace=True)
             stack = LocalStack(cluster.kubeconfig, workdir=workdir, say=out).start()
-        manifest, bm = _prepare_model(stack, TRACE_SPEC if trace is not None else DEMO_SPEC)
+        manifest, bm = prepare_model(stack, TRACE_SPEC if trace is not None else DEMO_SPEC)
         cluster.install_crd()
         try:
             stack.start_operator()
@@ -330,7 +330,7 @@ def run_demo(
             out(f"NOTE: {note}")
             _apply_rendered(cluster, bm)
         t_applied = time.monotonic()
-        ready = _wait_ready(cluster, bm, timeout_s=240)
+        ready = wait_ready(cluster, bm, timeout_s=240)
         out(
             f"{ready} pod(s) Ready with a real tritonserver each "
             f"{time.monotonic() - t_applied:.1f}s after the apply; starting the load"
@@ -371,7 +371,7 @@ def run_demo(
     return result
 
 
-def _prepare_model(stack: Any, overrides: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Any]:
+def prepare_model(stack: Any, overrides: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Any]:
     from batchop.api.models import parse_batched_model
     from batchop.sim.profile import load_profile
     from batchop_dev.local.triton import write_model_repository
@@ -406,7 +406,7 @@ def _apply_rendered(cluster: Any, bm: Any) -> None:
     )
 
 
-def _pods(cluster: Any, bm: Any) -> list[dict[str, Any]]:
+def model_pods(cluster: Any, bm: Any) -> list[dict[str, Any]]:
     from batchop.api.constants import LABEL_MODEL
 
     return cluster.kubectl_json(
@@ -414,24 +414,24 @@ def _pods(cluster: Any, bm: Any) -> list[dict[str, Any]]:
     )["items"]
 
 
-def _is_ready(pod: dict[str, Any]) -> bool:
+def pod_ready(pod: dict[str, Any]) -> bool:
     return any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in pod.get("status", {}).get("conditions") or []
     )
 
 
-def _wait_ready(cluster: Any, bm: Any, timeout_s: float) -> int:
+def wait_ready(cluster: Any, bm: Any, timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        ready = sum(_is_ready(p) for p in _pods(cluster, bm))
+        ready = sum(pod_ready(p) for p in model_pods(cluster, bm))
         if ready:
             return ready
         time.sleep(1.0)
     raise RuntimeError(f"no Ready pod of {bm.namespace}/{bm.name} after {timeout_s:g}s")
 
 
-def _status(cluster: Any, bm: Any) -> dict[str, Any]:
+def model_status(cluster: Any, bm: Any) -> dict[str, Any]:
     got = cluster.kubectl(
         "get", "batchedmodel", "-n", bm.namespace or "default", bm.name, "-o", "json", check=False
     )
@@ -456,7 +456,7 @@ def _run_load(
     bursty = trace is not None
     if trace is None:
         trace = demo_trace(duration_s)
-    load = _LoadThread(
+    load = LoadThread(
         trace,
         BatchedModelPods(bm.namespace or "default", bm.name, kubeconfig=str(cluster.kubeconfig)),
     )
@@ -490,8 +490,8 @@ def _run_load(
                 parts = observer.observe().get(key)
             except PrometheusUnavailable:
                 parts = None
-            status = _status(cluster, bm)
-            pods = _pods(cluster, bm)
+            status = model_status(cluster, bm)
+            pods = model_pods(cluster, bm)
             delay = status.get(
                 "maxQueueDelayMicroseconds", bm.spec.batching.max_queue_delay_microseconds
             )
@@ -502,7 +502,7 @@ def _run_load(
                 slo_ms=slo,
                 delay_us=int(delay) if delay is not None else None,
                 replicas=int(status.get("replicas", len(pods))),
-                ready=int(status.get("readyReplicas", sum(_is_ready(p) for p in pods))),
+                ready=int(status.get("readyReplicas", sum(pod_ready(p) for p in pods))),
                 avg_batch=None if parts is None else parts.avg_batch,
                 offered_rps=trace.rate_at(min(t, trace.end - 1e-6)),
             )

@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,23 @@ from batchop_dev.local.prometheus import PrometheusServer, free_port
 
 class StackError(RuntimeError):
     """A part of the local stack did not start; the message says which and where its log is."""
+
+
+@dataclass(frozen=True)
+class OperatorProcess:
+    """One `batchop run` the stack started: its process and where it serves its /metrics."""
+
+    process: subprocess.Popen[bytes]
+    metrics_url: str
+    log_path: Path
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 class LocalStack:
@@ -90,6 +108,15 @@ class LocalStack:
         one no longer referenced here would outlive the stack.
         """
         self.stop_operator()
+        launched = self.launch_operator(self.operator_log, extra_args)
+        self.operator, self.operator_metrics_url = launched.process, launched.metrics_url
+        self.say(f"operator up (log {self.operator_log})")
+
+    def launch_operator(
+        self, log_path: Path, extra_args: list[str] | None = None
+    ) -> OperatorProcess:
+        """Start one more `batchop run` (the caller stops it: processes.stop_group); returns
+        once it is live. Several run side by side only with `--leader-elect`."""
         metrics_port, live_port = free_port(), free_port()
         cmd = [
             sys.executable,
@@ -114,8 +141,8 @@ class LocalStack:
         ]
         # KUBECONFIG too: kopf's own login reads the environment, not our flag.
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        with open(self.operator_log, "ab") as log:
-            self.operator = subprocess.Popen(
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
                 cmd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -123,31 +150,23 @@ class LocalStack:
                 start_new_session=True,
                 env=env,
             )
-        self.operator_metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if self.operator.poll() is not None:
-                raise StackError(
-                    f"batchop run exited with {self.operator.returncode}: {self._operator_tail()}"
-                )
+            if proc.poll() is not None:
+                raise StackError(f"batchop run exited with {proc.returncode}: {_tail(log_path)}")
             try:
                 with urllib.request.urlopen(
                     f"http://127.0.0.1:{live_port}/healthz", timeout=2
                 ) as resp:
                     if resp.status == 200:
-                        self.say(f"operator up (log {self.operator_log})")
-                        return
+                        return OperatorProcess(
+                            proc, f"http://127.0.0.1:{metrics_port}/metrics", log_path
+                        )
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.5)
-        raise StackError(f"batchop run not live after 60s: {self._operator_tail()}")
-
-    def _operator_tail(self, lines: int = 15) -> str:
-        try:
-            text = self.operator_log.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        stop_group(proc)
+        raise StackError(f"batchop run not live after 60s: {_tail(log_path)}")
 
     def operator_running(self) -> bool:
         return self.operator is not None and self.operator.poll() is None
