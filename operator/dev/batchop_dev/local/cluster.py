@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -475,6 +476,52 @@ class LocalCluster:
                 f"{_tail(result.stdout + result.stderr)} (log: {self.log_path})"
             )
         return True
+
+    def restart_component(self, component: str, timeout_s: float = 60.0) -> float:
+        """Stop one control-plane component (SIGTERM, then SIGKILL after 10 s) and start it
+        again with the same command line, working directory and environment, as a
+        supervisor restarts a crashed one; returns the seconds until it is back (for
+        kube-apiserver: until /readyz answers). kwokctl's pid file names the new process,
+        so `down()` stops it."""
+        pid_file = self.workdir / "pids" / f"{component}.pid"
+        try:
+            pid = int(pid_file.read_text().strip())
+            proc = Path(f"/proc/{pid}")
+            argv = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+            cwd = os.readlink(proc / "cwd")
+            env = dict(
+                item.decode().split("=", 1)
+                for item in (proc / "environ").read_bytes().split(b"\0")
+                if b"=" in item
+            )
+        except (OSError, ValueError) as exc:
+            raise ClusterError(f"cluster {self.name!r}: no running {component} ({exc})") from exc
+        started = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        while Path(f"/proc/{pid}").exists() and time.monotonic() - started < 10:
+            time.sleep(0.1)
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+        with open(self.workdir / "logs" / f"{component}.log", "ab") as log:
+            new = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        pid_file.write_text(str(new.pid))
+        if component == "kube-apiserver":
+            while self.kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode:
+                if new.poll() is not None or time.monotonic() - started > timeout_s:
+                    raise ClusterError(
+                        f"cluster {self.name!r}: kube-apiserver not ready after a restart "
+                        f"(log {self.workdir / 'logs' / 'kube-apiserver.log'})"
+                    )
+                time.sleep(0.2)
+        return time.monotonic() - started
 
     def status(self) -> ClusterStatus:
         if not self.is_up():
