@@ -1,0 +1,95 @@
+"""bench/chaos.py's judging of a run: recovery, consistency, failures, RSS, applied twice."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def chaos() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("chaos", ROOT / "bench" / "chaos.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sample(t: float, **over: Any) -> dict[str, Any]:
+    base = {"t": t, "ready_condition": "True", "degraded": "False", "deployment": 2}
+    return {**base, "ready_pods": 2, "decided": 2, **over}
+
+
+def test_recovery_ends_with_the_last_broken_window_after_the_fault(chaos: ModuleType) -> None:
+    send = np.array([1.0, 11.0, 12.0, 16.0, 31.0])
+    latency = np.array([10.0, 90.0, 10.0, 10.0, 10.0])  # window 2 (10-15 s) over a 50 ms SLO
+    ok = np.ones(5, dtype=bool)
+    failed = np.array([False, False, False, True, False])  # window 3 (15-20 s) failed one
+    breaks = chaos.window_breaks(send, latency, ok, failed, 50.0)
+    assert breaks == {0: False, 2: True, 3: True, 6: False}
+    assert chaos.recovery_s(breaks, 10.0, 40.0) == pytest.approx(10.0)  # to the end of 15-20
+    assert chaos.recovery_s(breaks, 25.0, 40.0) == 0.0
+    assert chaos.recovery_s(breaks, 0.0, 9.0) == 0.0  # the breaks came after this span
+
+
+def test_reconciled_is_the_start_of_the_last_consistent_run_of_samples(chaos: ModuleType) -> None:
+    samples = [
+        _sample(0.0),
+        _sample(2.0, error="connection refused"),  # the API server was the fault
+        _sample(4.0, ready_pods=1),
+        _sample(6.0),
+        _sample(8.0),
+    ]
+    assert chaos.reconciled_s(samples, 1.0, 10.0) == pytest.approx(5.0)
+    # Still inconsistent at the end of the span: not reconciled.
+    assert chaos.reconciled_s(samples, 1.0, 5.0) is None
+    assert not chaos.consistent(_sample(0.0, decided=3))  # a decision not applied
+    assert not chaos.consistent(_sample(0.0, degraded="True"))
+
+
+def test_failures_count_the_killed_pods_in_flight_requests_apart(chaos: ModuleType) -> None:
+    records = {
+        "send_s": [9.5, 9.9, 10.5, 11.0, 12.0],
+        "latency_ms": [600.0, None, 5.0, None, None],
+        "ok": [False, False, True, False, False],
+        "rejected": [False, False, False, False, True],
+        "target": ["a:8000", "a:8000", "b:8000", "a:8000", "b:8000"],
+    }
+    got = chaos.failures(records, 10.0, 20.0, killed="a:8000")
+    assert got == {
+        "requests": 3,
+        "failed": 1,  # 11.0 to the dead pod; 12.0 was refused by the guard
+        "refused": 1,
+        "in_flight_failed": 2,
+        "failed_at_killed_pod": 1,
+    }
+
+
+def test_judge_reports_each_fault_and_the_targets(chaos: ModuleType) -> None:
+    records = {
+        "send_s": [1.0, 21.0, 22.0],
+        "latency_ms": [5.0, 5.0, None],
+        "ok": [True, True, False],
+        "rejected": [False, False, False],
+        "target": ["a:8000"] * 3,
+    }
+    samples = [
+        {**_sample(t), "rss_kb": {"b": kb}}
+        for t, kb in ((0.0, 100), (10.0, 100), (300.0, 100), (400.0, 104))
+    ]
+    faults = [{"name": "prometheus-restarted", "t": 5.0}, {"name": "node-deleted", "t": 20.0}]
+    got = chaos.judge(faults, samples, records, 50.0, 500.0, 3, 4, "b")
+    assert [r["failed"] for r in got["faults"]] == [0, 1]
+    assert got["faults"][1]["recovered_s"] == pytest.approx(5.0)
+    assert got["applied_twice"] == 1 and got["targets"]["failed_beyond_in_flight"] == 1
+    assert got["rss"]["growth"] == pytest.approx(0.04) and got["targets"]["rss_growth_met"]
+    assert "prometheus-operator-restarted" in got["not_run"]
+    text = chaos.markdown("- provenance", got, "setup")
+    assert "| node-deleted | 20 |" in text and "1 applied twice" in text
