@@ -4,7 +4,8 @@ Run: .venv/bin/python bench/chaos.py [--minutes 15] [--out bench/results/chaos.m
 
 A local cluster of its own (probes readiness), the local stack (Prometheus, a real
 tritonserver per pod), two `batchop run --leader-elect`, and the cpu-demo BatchedModel as the
-demo runs it, replaying azure-code for `--minutes`. At known times, one after the other:
+demo runs it (kept at two replicas or more), replaying azure-code for `--minutes`. At known
+times, one after the other:
 
 - a Triton pod's server SIGKILLed (the pod runner restarts it, as a kubelet would);
 - the leader operator SIGKILLed (a new standby is started, as its Deployment would);
@@ -61,6 +62,9 @@ NOT_RUN = {
 }
 TRACE_START_S = 1060.0  # azure-code from the demo's slice on, at a rate the generator sustains
 TRACE_SCALE = 0.01
+# The demo's BatchedModel, kept at two replicas or more as a model that must survive a pod's
+# death is run (with one, every request fails until it is back).
+MIN_REPLICAS = 2
 # Targets (issue 27).
 RECONCILE_TARGET_S = 60.0
 RSS_GROWTH_TARGET = 0.05
@@ -441,7 +445,11 @@ class Run:
             self.stack = LocalStack(
                 self.cluster.kubeconfig, workdir=self.workdir / "stack", say=self.say
             ).start()
-            manifest, self.bm = prepare_model(self.stack, TRACE_SPEC)
+            overrides = {
+                **TRACE_SPEC,
+                "scaling": {"replicas": MIN_REPLICAS, "minReplicas": MIN_REPLICAS},
+            }
+            manifest, self.bm = prepare_model(self.stack, overrides)
             self.cluster.install_crd()
             self._api = config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
             self._launch("a")
@@ -563,7 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     setup = (
         f"{args.minutes:g} min of azure-code from second {TRACE_START_S:g} at x{TRACE_SCALE:g} "
-        f"(mean {got['mean_rps']:.0f} req/s) on the cpu-demo model (SLO {got['slo_ms']:g} ms), "
+        f"(mean {got['mean_rps']:.0f} req/s) on the cpu-demo model (SLO {got['slo_ms']:g} ms, "
+        f"at least {MIN_REPLICAS} replicas), "
         "a real tritonserver per pod, two `batchop run --leader-elect` (a third started when "
         f"the leader is killed); {got['report']['requests']:,} requests, "
         f"{got['report']['failed_other']} failed and {got['report']['rejected']} refused by the "
