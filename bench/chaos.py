@@ -293,17 +293,17 @@ def _rss_kb(pid: int) -> int | None:
 
 def _triton_pid(address: str) -> int | None:
     """The tritonserver bound to `address` (a pod IP), from /proc."""
+    from batchop_dev.local.processes import command_lines
+
     want = f"--http-address={address}".encode()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"tritonserver") and want in argv:
-            return int(proc.name)
-    return None
+    return next(
+        (
+            pid
+            for pid, argv in command_lines()
+            if argv[0].endswith(b"tritonserver") and want in argv
+        ),
+        None,
+    )
 
 
 class Run:

@@ -55,7 +55,7 @@ from synthetic_triton import SyntheticTritonExporter
 from batchop.observe.prometheus import PrometheusObserver
 from batchop.provenance import Provenance
 from batchop_dev.local.cluster import LocalCluster
-from batchop_dev.local.processes import stop_group
+from batchop_dev.local.processes import command_lines, stop_group
 from batchop_dev.local.prometheus import PrometheusServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,16 +161,10 @@ def component_pids(cluster: LocalCluster) -> dict[str, int]:
     """The cluster's control-plane processes, by program name (absent ones left out)."""
     found: dict[str, int] = {}
     where = str(cluster.workdir)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, argv in command_lines():
         program = Path(argv[0].decode(errors="replace")).name
         if program in COMPONENTS and where in b" ".join(argv).decode(errors="replace"):
-            found[program] = int(entry.name)
+            found[program] = pid
     return found
 
 

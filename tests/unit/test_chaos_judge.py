@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench_modules import load_bench
 
 
 @pytest.fixture(scope="module")
 def chaos() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("chaos", ROOT / "bench" / "chaos.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("chaos")
 
 
 def _sample(t: float, **over: Any) -> dict[str, Any]:

@@ -10,6 +10,8 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 
 def stop_group(proc: subprocess.Popen[bytes] | None, timeout_s: float = 10.0) -> int | None:
@@ -32,3 +34,17 @@ def stop_group(proc: subprocess.Popen[bytes] | None, timeout_s: float = 10.0) ->
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     return proc.returncode
+
+
+def command_lines() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process this user can read, from /proc (for finding a server a
+    test or a bench did not start itself: a cluster's kube-apiserver, a pod's tritonserver)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0]:
+            yield int(entry.name), argv
