@@ -14,6 +14,7 @@ import pytest
 
 from batchop_dev.local.cluster import SERVICE_CIDR, LocalCluster
 from batchop_dev.local.nodes import GPU_RESOURCE, LOCAL_LABEL
+from batchop_dev.local.processes import alive
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +66,22 @@ def test_clusters_running_at_once_hand_out_disjoint_pod_networks(
     for local in (cluster, own_cluster):
         for node in local.kubectl_json("get", "nodes", "-l", f"{LOCAL_LABEL}=true")["items"]:
             assert ipaddress.ip_network(node["spec"]["podCIDR"]).subnet_of(local.pod_network)
+
+
+def test_a_restarted_api_server_comes_back_with_the_clusters_objects(
+    own_cluster: LocalCluster,
+) -> None:
+    """What the chaos bench does to kube-apiserver: stopped and started again with its own
+    command line; kwokctl's pid file names the new process (so `down()` stops it)."""
+    pid_file = own_cluster.workdir / "pids" / "kube-apiserver.pid"
+    before = int(pid_file.read_text())
+    name = f"kept-{uuid.uuid4().hex[:6]}"
+    own_cluster.kubectl("create", "configmap", name, "--from-literal=a=1")
+    down_s = own_cluster.restart_component("kube-apiserver")
+    after = int(pid_file.read_text())
+    assert after != before and alive(after) and not alive(before) and down_s > 0
+    got = own_cluster.kubectl_json("get", "configmap", name)
+    assert got["data"] == {"a": "1"}
 
 
 def test_service_ips_come_from_the_wide_service_range(cluster: LocalCluster) -> None:

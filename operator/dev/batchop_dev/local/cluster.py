@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from batchop_dev.local import build, nodes, stages
+from batchop_dev.local.processes import alive
 from batchop_dev.local.versions import load_pins
 
 NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -498,9 +499,9 @@ class LocalCluster:
             raise ClusterError(f"cluster {self.name!r}: no running {component} ({exc})") from exc
         started = time.monotonic()
         os.kill(pid, signal.SIGTERM)
-        while Path(f"/proc/{pid}").exists() and time.monotonic() - started < 10:
+        while alive(pid) and time.monotonic() - started < 10:
             time.sleep(0.1)
-        if Path(f"/proc/{pid}").exists():
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
         with open(self.workdir / "logs" / f"{component}.log", "ab") as log:
             new = subprocess.Popen(

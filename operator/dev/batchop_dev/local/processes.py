@@ -48,3 +48,12 @@ def command_lines() -> Iterator[tuple[int, list[bytes]]]:
             continue
         if argv and argv[0]:
             yield int(entry.name), argv
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie no init has reaped yet does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
