@@ -1,18 +1,14 @@
-"""bench/chaos.py's judging of a run: recovery, consistency, failures, RSS, applied twice."""
+"""batchop_dev.chaos's judging of a run (bench/chaos.py): recovery,
+consistency, failures, RSS, decisions applied twice."""
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
-from bench_modules import load_bench
 
-
-@pytest.fixture(scope="module")
-def chaos() -> ModuleType:
-    return load_bench("chaos")
+from batchop_dev import chaos
 
 
 def _sample(t: float, **over: Any) -> dict[str, Any]:
@@ -20,7 +16,7 @@ def _sample(t: float, **over: Any) -> dict[str, Any]:
     return {**base, "ready_pods": 2, "decided": 2, **over}
 
 
-def test_recovery_ends_with_the_last_broken_window_after_the_fault(chaos: ModuleType) -> None:
+def test_recovery_ends_with_the_last_broken_window_after_the_fault() -> None:
     send = np.array([1.0, 11.0, 12.0, 16.0, 31.0])
     latency = np.array([10.0, 90.0, 10.0, 10.0, 10.0])  # window 2 (10-15 s) over a 50 ms SLO
     ok = np.ones(5, dtype=bool)
@@ -32,7 +28,7 @@ def test_recovery_ends_with_the_last_broken_window_after_the_fault(chaos: Module
     assert chaos.recovery_s(breaks, 0.0, 9.0) == 0.0  # the breaks came after this span
 
 
-def test_reconciled_is_the_start_of_the_last_consistent_run_of_samples(chaos: ModuleType) -> None:
+def test_reconciled_is_the_start_of_the_last_consistent_run_of_samples() -> None:
     samples = [
         _sample(0.0),
         _sample(2.0, error="connection refused"),  # the API server was the fault
@@ -47,7 +43,7 @@ def test_reconciled_is_the_start_of_the_last_consistent_run_of_samples(chaos: Mo
     assert not chaos.consistent(_sample(0.0, degraded="True"))
 
 
-def test_failures_count_the_killed_pods_in_flight_requests_apart(chaos: ModuleType) -> None:
+def test_failures_count_the_killed_pods_in_flight_requests_apart() -> None:
     records = {
         "send_s": [9.5, 9.9, 10.5, 11.0, 12.0],
         "latency_ms": [600.0, None, 5.0, None, None],
@@ -65,7 +61,7 @@ def test_failures_count_the_killed_pods_in_flight_requests_apart(chaos: ModuleTy
     }
 
 
-def test_judge_reports_each_fault_and_the_targets(chaos: ModuleType) -> None:
+def test_judge_reports_each_fault_and_the_targets() -> None:
     records = {
         "send_s": [1.0, 21.0, 22.0],
         "latency_ms": [5.0, 5.0, None],
