@@ -9,7 +9,6 @@ plots/chaos.png next to each other.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -76,16 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         got["slo_ms"],
         args.out.parent / "plots" / "chaos.png",
     )
-    args.out.with_suffix(".json").write_text(
-        json.dumps(
-            {
-                "meta": {"provenance": provenance.as_dict(), "wall_s": time.monotonic() - started},
-                "result": result,
-                "samples": run.samples,
-            },
-            indent=1,
-        )
-        + "\n"
+    provenance.write_json(
+        args.out.with_suffix(".json"),
+        time.monotonic() - started,
+        result=result,
+        samples=run.samples,
     )
     print(text)
     return 0

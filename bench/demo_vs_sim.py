@@ -216,17 +216,12 @@ def main() -> int:
     text = markdown(provenance.finish().markdown(), real, sim, got)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
-    args.out.with_suffix(".json").write_text(
-        json.dumps(
-            {
-                "meta": {"provenance": provenance.as_dict(), "wall_s": time.monotonic() - started},
-                "real": real,
-                "simulator": sim,
-                "compare": got,
-            },
-            indent=1,
-        )
-        + "\n"
+    provenance.write_json(
+        args.out.with_suffix(".json"),
+        time.monotonic() - started,
+        real=real,
+        simulator=sim,
+        compare=got,
     )
     print(text)
     return 0

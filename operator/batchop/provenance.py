@@ -7,6 +7,7 @@ busy machine reads as one. tests/unit/test_readme_figures.py counts only files t
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -77,6 +78,11 @@ class Provenance:
             "load_avg_1m": {"start": self.load_start, "end": self.load_end},
             "date": self.started,
         }
+
+    def write_json(self, path: Path, wall_s: float, **data: Any) -> None:
+        """A result's JSON file: {"meta": {provenance, wall_s}, **data}, indented."""
+        meta = {"provenance": self.as_dict(), "wall_s": wall_s}
+        path.write_text(json.dumps({"meta": meta, **data}, indent=1) + "\n")
 
     def markdown(self) -> str:
         end = "not recorded" if self.load_end is None else f"{self.load_end:g}"

@@ -235,3 +235,14 @@ def test_a_result_file_without_provenance_backs_nothing(tmp_path: Path) -> None:
 def test_the_checked_sections_exist_and_hold_figures(heading: str) -> None:
     [text] = sections(README.read_text(), (heading,))
     assert figures(text), f"{heading} quotes no figure: is the rule reading the right text?"
+
+
+def test_a_result_written_by_provenance_carries_it(tmp_path: Path) -> None:
+    """Provenance.write_json, as the benches write their JSON: the meta a figure needs."""
+    from batchop.provenance import Provenance
+
+    path = tmp_path / "r.json"
+    Provenance.start(["bench"]).finish().write_json(path, 2.5, result={"x": 1})
+    got = json.loads(path.read_text())
+    assert got["result"] == {"x": 1} and got["meta"]["wall_s"] == 2.5
+    assert got["meta"]["provenance"]["command"] == "bench"

@@ -364,7 +364,7 @@ class Run:
             if not p.metadata.deletion_timestamp
             and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
         ]
-        as_dicts = [client.ApiClient().sanitize_for_serialization(p) for p in ready]
+        as_dicts = [self._api.sanitize_for_serialization(p) for p in ready]
         sample.update(
             deployment=dep.spec.replicas,
             ready_pods=len(ready),

@@ -332,7 +332,8 @@ class LocalCluster:
                 f"port {self.port} on 127.0.0.1 is in use; pick another --port "
                 "or leave it out to let kwokctl choose a free one"
             )
-        nodes.node_list(self.node_count, self.gpus_per_node, self.cpu, self.memory)  # sizes ok?
+        # Bad sizes are refused before a build of minutes; the manifest is made under the lock.
+        nodes.node_list(self.node_count, self.gpus_per_node, self.cpu, self.memory)
         binaries = build.ensure_binaries(self._say)
         with creation_lock():
             started = time.monotonic()
