@@ -378,6 +378,7 @@ class Run:
 
     # The faults.
     def _inject(self, name: str, t: float) -> dict[str, Any]:
+        from batchop.api.constants import PORT_HTTP
         from batchop_dev.local.demo import model_pods, pod_ready
 
         fault: dict[str, Any] = {"name": name, "t": t}
@@ -388,7 +389,7 @@ class Run:
             if pid is None:
                 raise RuntimeError(f"no tritonserver bound to {ip} (pod {pod['metadata']['name']})")
             os.killpg(os.getpgid(pid), signal.SIGKILL)
-            fault.update(pod=pod["metadata"]["name"], killed=f"{ip}:8000")
+            fault.update(pod=pod["metadata"]["name"], killed=f"{ip}:{PORT_HTTP}")
         elif name == "leader-operator-killed":
             leader = next(k for k, o in self.operators.items() if _leader(o.metrics_url) == 1.0)
             proc = self.operators.pop(leader).process
