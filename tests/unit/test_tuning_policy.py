@@ -604,3 +604,38 @@ def test_a_raise_that_breaks_the_target_is_undone_and_not_tried_again_at_that_lo
 def test_a_raise_the_p99_bears_out_is_kept() -> None:
     raised, out = _after_a_raise(None)
     assert all(d.delay_us == raised for d in out), [d.reason for d in out if d.kind != "hold"]
+
+
+FAST = ((1, 1.4), (2, 1.47), (4, 1.59), (8, 1.84))  # a batch of one is most of a batch of 8
+
+
+def _plateau_spec(slo_over_plateau: float) -> tuple[TuningSpec, float]:
+    """A spec whose SLO is `slo_over_plateau` x the p99 predicted at maxReplicas for 800 req/s."""
+    rps, hi = 800.0, 16
+    plateau = predict(rps / hi, 0, 8, curve.prior_curve(FAST)).p99_ms
+    spec = TuningSpec(
+        slo_ms=plateau * slo_over_plateau,
+        max_batch_size=8,
+        max_replicas=hi,
+        min_delay_us=0,
+        max_delay_us=1000,
+        prior_batch_latency_ms=FAST,
+    )
+    return spec, rps
+
+
+def test_a_margin_no_count_can_keep_is_not_bought_with_max_replicas() -> None:
+    """The SLO between the margin and p99 at maxReplicas: sized for the SLO, not for max."""
+    spec, rps = _plateau_spec(1.05)  # the margin (0.85 x SLO) is under the plateau
+    dec = decide(_plant(spec, FAST, 0.0, rps, 4, 0), spec, _steady(rps))
+    assert dec.replicas < spec.max_replicas // 2
+    assert "sized for the SLO" in dec.reason
+    p99 = predict(rps / dec.replicas, 0, 8, curve.prior_curve(FAST)).p99_ms
+    assert p99 <= spec.slo_ms
+
+
+def test_an_slo_no_count_can_keep_takes_max_replicas() -> None:
+    spec, rps = _plateau_spec(0.95)  # under the plateau: nothing keeps it
+    dec = decide(_plant(spec, FAST, 0.0, rps, 4, 0), spec, _steady(rps))
+    assert dec.replicas == spec.max_replicas
+    assert "SLO not reachable within maxReplicas 16" in dec.reason

@@ -17,17 +17,18 @@ learning in `decide`; 3: `_demand`; 4: `_choose_replicas`; 5: `_choose_delay`):
    runs from the first tick with every replica ready (also after a scale-up no tick saw
    starting).
 4. Replicas: the fewest whose predicted p99 (at the smallest delay) stays under MARGIN x SLO
-   at that demand, counting replicas still starting, within [min, max] and what the cluster
-   can schedule. Up at once (several if needed); down only when the lower count also
-   serves what the sizing keeps (the busiest load of the last two horizons at half the
-   risk), and then only to the highest such recommendation over the scale-down window: the
-   same sizing in both directions, so a scale-down is not undone by the growth the sizing
-   already expected; and never while the observed p99 breaks the SLO. An observed p99 over
-   the SLO on two settled ticks forces a scale-up even when the model disagrees, unless the
-   delay explains it, a past backlog is draining, or a change or a fall in load happened
-   within P99_WINDOW_S (Triton's p99 summary then still shows the past). A scale-up within
-   two pod starts of a scale-down is a reversal: the decision says so (it is counted and
-   raised as an Event).
+   at that demand (under the SLO itself where maxReplicas would keep the SLO but not the
+   margin: no count buys that margin), counting replicas still starting, within [min, max]
+   and what the cluster can schedule. Up at once (several if needed); down only when the
+   lower count also serves what the sizing keeps (the busiest load of the last two horizons
+   at half the risk), and then only to the highest such recommendation over the scale-down
+   window: the same sizing in both directions, so a scale-down is not undone by the growth
+   the sizing already expected; and never while the observed p99 breaks the SLO. An observed
+   p99 over the SLO on two settled ticks forces a scale-up even when the model disagrees,
+   unless the delay explains it, a past backlog is draining, or a change or a fall in load
+   happened within P99_WINDOW_S (Triton's p99 summary then still shows the past). A scale-up
+   within two pod starts of a scale-down is a reversal: the decision says so (it is counted
+   and raised as an Event).
 5. Delay: the one that spends the least GPU time per inference while the predicted p99 keeps
    the margin, the smallest among near-equals (near capacity the delay buys nothing). Cut at
    once; raised only to the least delay recommended over DELAY_UP_WINDOW_S, with the wider
@@ -154,23 +155,42 @@ class _Model:
     def fits(self, rate: float, delays: tuple[int, ...]) -> bool:
         return any(self.p99(rate, d) <= self.target for d in delays)
 
-    def replicas_for(self, total_rps: float, lo: int, hi: int, delay_us: int) -> int:
-        """Fewest replicas in [lo, hi] that keep the margin at `delay_us`; hi when none does.
+    def replicas_for(
+        self, total_rps: float, lo: int, hi: int, delay_us: int, bound: float | None = None
+    ) -> int:
+        """Fewest replicas in [lo, hi] whose predicted p99 at `delay_us` keeps `bound` (by
+        default `self.bound` at this rate); hi when none does.
 
         Bisection: the predicted p99 falls as the rate per replica falls.
         """
         lo, hi = max(1, lo), max(1, hi)
         if lo >= hi:
             return lo
-        if not self.fits(total_rps / hi, (delay_us,)):
-            return hi
+        if bound is None:
+            bound = self.bound(total_rps / hi, delay_us)
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.fits(total_rps / mid, (delay_us,)):
+            if self.p99(total_rps / mid, delay_us) <= bound:
                 hi = mid
             else:
                 lo = mid + 1
         return lo
+
+    def bound(self, rate: float, delay_us: int) -> float:
+        """The p99 to size for when `rate` per replica is the least there can be (the load
+        over maxReplicas): the margin, or the SLO itself where even that rate misses the
+        margin but keeps the SLO.
+
+        Why: there the model's p99 is the compute's own (a request that comes during a batch
+        waits for it), flat in the count, and holding maxReplicas buys a margin that no count
+        can give (a 3 ms SLO over batches of 1.4 ms held 16 replicas where 2 kept 99.9% of
+        requests). At the edge, a load a little lower that keeps the margin at maxReplicas
+        is sized for the margin again, with many more replicas: the reason says which.
+        """
+        at_most = self.p99(rate, delay_us)
+        if at_most <= self.target or at_most > self.spec.slo_ms:
+            return self.target
+        return self.spec.slo_ms
 
     def best_delay(
         self, rate: float, current: int | None = None, ceiling: int | None = None
@@ -553,12 +573,18 @@ def _choose_replicas(
     # Replicas are sized at the delay best for latency (the smallest one, when tuned). The
     # same size decides both directions (see tuning.sizing).
     lat_delay = spec.min_delay_us if spec.tune_delay else obs.delay_us
-    need_up = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, lat_delay)
-    need_down = model.replicas_for(demand.hold_rps, spec.min_replicas, spec.max_replicas, lat_delay)
+    # One bound for both directions (read at the load to size for), or the two would
+    # disagree.
+    least_rate = plan_rps / spec.max_replicas
+    bound = model.bound(least_rate, lat_delay)
+    need_up = model.replicas_for(plan_rps, spec.min_replicas, spec.max_replicas, lat_delay, bound)
+    need_down = model.replicas_for(
+        demand.hold_rps, spec.min_replicas, spec.max_replicas, lat_delay, bound
+    )
     rec = max(need_up, min(max(cur_n, spec.min_replicas), need_down))
     why = (
         f"predicted p99 {_fmt_ms(model.p99(plan_rps / max(1, cur_n), obs.delay_us))} ms"
-        f" vs target {_fmt_ms(model.target)} ms at {_fmt_rate(plan_rps)} rps "
+        f" vs target {_fmt_ms(bound)} ms at {_fmt_rate(plan_rps)} rps "
         f"({demand.why})"
     )
     # An observed p99 over the SLO on two settled ticks (once Triton's summary shows the
@@ -621,10 +647,15 @@ def _choose_replicas(
         why = (
             f"load {_fmt_rate(rps)} rps fits {_replicas(replicas)} (predicted p99 "
             f"{_fmt_ms(model.p99(plan_rps / max(1, replicas), obs.delay_us))} ms, target "
-            f"{_fmt_ms(model.target)} ms), the most recommended in the last {window:.0f} s"
+            f"{_fmt_ms(bound)} ms), the most recommended in the last {window:.0f} s"
         )
-    if need_up >= spec.max_replicas and not model.fits(plan_rps / spec.max_replicas, (lat_delay,)):
-        notes.append(f"SLO margin not reachable within maxReplicas {spec.max_replicas}")
+    if bound > model.target:
+        notes.append(
+            f"SLO margin not reachable within maxReplicas {spec.max_replicas}: sized for the "
+            f"SLO, {_fmt_ms(bound)} ms"
+        )
+    elif need_up >= spec.max_replicas and not model.fits(least_rate, (lat_delay,)):
+        notes.append(f"SLO not reachable within maxReplicas {spec.max_replicas}")
 
     return _ReplicaChoice(replicas, kind, why, recs, tuple(notes))
 
