@@ -583,3 +583,34 @@ def test_gauges_come_back_for_a_model_created_again_under_the_same_name() -> Non
     h.now += 60
     h.loop.tick()
     assert slo() == 40.0
+
+
+def test_each_kind_of_hold_is_logged_once_and_its_figures_are_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A model held first for missing metrics, then for no curve yet, must say both: the
+    demo's log showed only the first hold of a run that never decided."""
+    reasons = iter(
+        [
+            "holding: metrics missing (rps, p99_ms)",
+            "holding: metrics missing (p99_ms)",
+            "holding: no batch-latency data yet (no profile, no steady traffic seen)",
+            "steady: p99 12 ms (SLO 50 ms) at 400 rps",
+            "steady: p99 13 ms (SLO 50 ms) at 410 rps",
+        ]
+    )
+
+    def holds(obs: Observation, spec: Any, state: TuningState) -> Decision:
+        return Decision(obs.replicas, obs.delay_us, next(reasons), state, kind="hold")
+
+    h = Harness(busy(p99_ms=12.0), decide=holds)
+    with caplog.at_level("INFO", logger="batchop.tuning"):
+        for _ in range(5):
+            h.loop.tick()
+            h.now += 3600
+    logged = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.levelname == "INFO"]
+    assert logged == [
+        "holding: metrics missing (rps, p99_ms)",
+        "holding: no batch-latency data yet (no profile, no steady traffic seen)",
+        "steady: p99 12 ms (SLO 50 ms) at 400 rps",
+    ]

@@ -272,8 +272,12 @@ class TuningLoop:
             )
             self._published[key] = gauges
         if not decision.changes(obs):
-            # A hold is logged when its kind changes (the figures in it change every tick).
-            about = decision.reason.split(":")[0]
+            # A hold is logged when its kind changes (the figures in it change every tick):
+            # "steady", or which hold ("holding: metrics stale", "holding: no batch-latency
+            # data yet", ...), so that a model held for one reason after another says so.
+            about = decision.reason.split("(")[0].strip()
+            if not about.startswith("holding"):
+                about = decision.reason.split(":")[0]
             level = logging.INFO if self.hold_kind.get(key) != about else logging.DEBUG
             self.hold_kind[key] = about
             log.log(level, "%s/%s: %s", *key, decision.reason)
