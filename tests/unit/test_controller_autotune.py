@@ -594,7 +594,7 @@ def test_each_kind_of_hold_is_logged_once_and_its_figures_are_not(
         [
             "holding: metrics missing (rps, p99_ms)",
             "holding: metrics missing (p99_ms)",
-            "holding: no batch-latency data yet (no profile, no steady traffic seen)",
+            "holding: no batch-latency data yet (no profile, no settled tick with traffic seen)",
             "steady: p99 12 ms (SLO 50 ms) at 400 rps",
             "steady: p99 13 ms (SLO 50 ms) at 410 rps",
         ]
@@ -611,6 +611,6 @@ def test_each_kind_of_hold_is_logged_once_and_its_figures_are_not(
     logged = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.levelname == "INFO"]
     assert logged == [
         "holding: metrics missing (rps, p99_ms)",
-        "holding: no batch-latency data yet (no profile, no steady traffic seen)",
+        "holding: no batch-latency data yet (no profile, no settled tick with traffic seen)",
         "steady: p99 12 ms (SLO 50 ms) at 400 rps",
     ]

@@ -444,6 +444,23 @@ def test_unknown_curve_holds_until_traffic() -> None:
     assert dec.kind == "hold" and "no batch-latency data" in dec.reason
 
 
+def test_a_model_without_profile_whose_load_is_never_steady_still_gets_a_curve() -> None:
+    """Bursty traffic is never steady; without a profile the tuner would wait for a steady
+    tick forever. Once settled, a tick with traffic gives the first point; from then on only
+    steady ticks teach the curve (a moving load's window mixes batch sizes)."""
+    spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=8, min_delay_us=0)
+    state, reasons = TuningState(), []
+    for i in range(4):
+        rps = 3000.0 if i % 2 else 1000.0  # never within 10% of the last tick
+        obs = replace(_plant(spec, CPU_DEMO, i * INTERVAL, rps, 1, 500), p99_ms=30.0)
+        dec = decide(obs, spec, state)
+        reasons.append(dec.reason)
+        state = dec.state
+    assert not any("no batch-latency data" in r for r in reasons), reasons
+    assert len(state.curve) == 1, reasons  # the first point only: no moving tick after it
+    assert any(r.startswith("predicted p99") for r in reasons), reasons  # it scaled
+
+
 def test_recommend_uses_delay_at_moderate_load_not_near_capacity() -> None:
     """The finding the policy encodes: a delay pays at moderate load, not near capacity."""
     spec = TuningSpec(slo_ms=50, max_batch_size=32, max_replicas=1, prior_batch_latency_ms=CPU_DEMO)
