@@ -238,20 +238,52 @@ class _Records:
     errors: Counter[str] = field(default_factory=Counter)
 
 
-_POOL = 16  # distinct inputs; each answer is checked against input * 2
+_POOL = 16  # distinct inputs, each answer checked
 
 
-def _inputs() -> list[tuple[Any, np.ndarray]]:
+@dataclass(frozen=True)
+class Payload:
+    """What each request sends and what its answer must be: a pool of single-row inputs of
+    one FP32 tensor, with the output each must produce.
+
+    Why a pool checked one by one: a server that batches must still give each request its
+    own rows' answer; a mixed-up batch shows as "wrong result", not as a fast success.
+    """
+
+    input_name: str
+    output_name: str
+    inputs: tuple[np.ndarray, ...]  # each of shape (1, n)
+    expected: tuple[np.ndarray, ...]
+    tolerance: float = 0.0  # 0: exact; else rtol and atol of np.allclose
+
+    def matches(self, got: np.ndarray | None, which: int) -> bool:
+        want = self.expected[which]
+        if got is None or got.shape != want.shape:
+            return False
+        if self.tolerance == 0.0:
+            return bool(np.array_equal(got, want))
+        return bool(np.allclose(got, want, rtol=self.tolerance, atol=self.tolerance))
+
+
+def sleep_payload() -> Payload:
+    """The sleep model's (OUTPUT0 = INPUT0 * 2, exactly)."""
+    from batchop_dev.local.triton.model_repo import ELEMENTS, INPUT_NAME, OUTPUT_NAME
+
+    xs = tuple(
+        (np.arange(ELEMENTS, dtype=np.float32) + i * ELEMENTS).reshape(1, ELEMENTS)
+        for i in range(_POOL)
+    )
+    return Payload(INPUT_NAME, OUTPUT_NAME, xs, tuple(x * 2 for x in xs))
+
+
+def _requests(payload: Payload) -> list[Any]:
     import tritonclient.http as httpclient
 
-    from batchop_dev.local.triton.model_repo import ELEMENTS, INPUT_NAME
-
     pool = []
-    for i in range(_POOL):
-        x = (np.arange(ELEMENTS, dtype=np.float32) + i * ELEMENTS).reshape(1, ELEMENTS)
-        inp = httpclient.InferInput(INPUT_NAME, list(x.shape), "FP32")
+    for x in payload.inputs:
+        inp = httpclient.InferInput(payload.input_name, list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
-        pool.append((inp, x * 2))
+        pool.append(inp)
     return pool
 
 
@@ -263,14 +295,15 @@ async def run_load(
     refresh_s: float = 3.0,
     progress: Callable[[str], None] | None = None,
     keep_records: bool = True,
+    payload: Payload | None = None,
 ) -> dict[str, Any]:
-    """Drive `trace` onto `source`'s targets; return the report (see summarize)."""
+    """Drive `trace` onto `source`'s targets; return the report (see summarize). Requests
+    carry `payload` (by default the sleep model's)."""
     import tritonclient.http.aio as aioclient
 
-    from batchop_dev.local.triton.model_repo import OUTPUT_NAME
-
+    payload = payload or sleep_payload()
     schedule = arrival_times(trace, seed)
-    pool = _inputs()
+    pool = _requests(payload)
     rec = _Records()
     clients: dict[str, Any] = {}
     current: list[Target] = []
@@ -302,7 +335,7 @@ async def run_load(
             await asyncio.sleep(refresh_s)
 
     async def send(scheduled: float, target: Target | None, which: int) -> None:
-        inp, expected = pool[which]
+        inp = pool[which]
         t_send = now()
         idx = len(rec.sent)
         rec.scheduled.append(scheduled)
@@ -317,8 +350,7 @@ async def run_load(
             return
         try:
             result = await clients[target.url].infer(target.model, [inp])
-            out = result.as_numpy(OUTPUT_NAME)
-            good = out is not None and np.array_equal(out, expected)
+            good = payload.matches(result.as_numpy(payload.output_name), which)
             if not good:
                 rec.errors["wrong result"] += 1
         except Exception as exc:  # noqa: BLE001 - every failure is an outcome to record
@@ -366,7 +398,7 @@ async def run_load(
                 refresher.result()
             target = current[rr % len(current)] if current else None
             rr += 1
-            task = asyncio.create_task(send(float(at), target, i % _POOL))
+            task = asyncio.create_task(send(float(at), target, i % len(pool)))
             pending.add(task)
             task.add_done_callback(pending.discard)
         end_wait = max(0.0, trace.end - now())

@@ -141,3 +141,17 @@ def write_mlp_repository(
     source = resources.files("batchop_dev.local.triton").joinpath("mlp_model.py.txt").read_text()
     (version / "model.py").write_text(source)
     return model_dir
+
+
+def mlp_payload(seed: int = DEFAULT_SEED, pool: int = 16) -> Any:
+    """The load generator's payload for the MLP drawn from `seed`: random rows, each answer
+    checked against the numpy forward pass (to onnxruntime's float32 rounding)."""
+    from batchop_dev.local.load import Payload
+    from batchop_dev.local.triton.model_repo import INPUT_NAME, OUTPUT_NAME
+
+    weights = make_weights(seed)
+    rng = np.random.default_rng(seed + 1)
+    xs = tuple(rng.standard_normal((1, INPUTS), dtype=np.float32) for _ in range(pool))
+    return Payload(
+        INPUT_NAME, OUTPUT_NAME, xs, tuple(weights.forward(x) for x in xs), tolerance=2e-3
+    )
