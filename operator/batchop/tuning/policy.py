@@ -334,7 +334,16 @@ def _read(obs: Observation, spec: TuningSpec, state: TuningState) -> _Reading:
         and abs(growth) <= STEADY_RATE_CHANGE * rps
     )
     return _Reading(
-        t, rps, p99_obs, ready, starting, growth, p99_current, last_fall_s, breaches, settled,
+        t,
+        rps,
+        p99_obs,
+        ready,
+        starting,
+        growth,
+        p99_current,
+        last_fall_s,
+        breaches,
+        settled,
         steady,
     )
 
