@@ -127,3 +127,18 @@ def test_scaled_trace_keeps_its_shape() -> None:
         assert fast.rate_at(t * 0.1) == pytest.approx(trace.rate_at(t) * 0.25)
     with pytest.raises(LoadError, match="scale"):
         scale_trace(trace, time_scale=0)
+
+
+def test_a_payload_checks_each_answer_against_its_own_input() -> None:
+    from batchop_dev.local.load import sleep_payload
+    from batchop_dev.local.triton.mlp import make_weights, mlp_payload
+
+    sleep = sleep_payload()
+    assert sleep.matches(sleep.inputs[3] * 2, 3)
+    assert not sleep.matches(sleep.inputs[4] * 2, 3)  # another request's answer
+    assert not sleep.matches(None, 3) and not sleep.matches(sleep.inputs[3][:, :2] * 2, 3)
+    mlp = mlp_payload(seed=5, pool=4)
+    x = mlp.inputs[1]
+    assert mlp.matches(make_weights(5).forward(x) * (1 + 1e-4), 1)  # float32 rounding passes
+    assert not mlp.matches(make_weights(6).forward(x), 1)  # other weights do not
+    assert not mlp.matches(mlp.expected[2], 1)

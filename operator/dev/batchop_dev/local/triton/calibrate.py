@@ -9,6 +9,7 @@ delay and one replica (a static policy), over a longer run so its figures are no
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -143,7 +144,7 @@ def measure_quiet(
     delay_us: int,
     payload: Any = None,
     tries: int = 3,
-    say: Any = print,
+    say: Callable[[str], None] = print,
 ) -> CalibrationPoint:
     """Measure a point (8 s, seed 1); again, up to `tries` times, while the machine is
     starved of CPU.
