@@ -2,8 +2,9 @@
 
 Runs the demo on the session's cluster and stack (the same code path as `batchop demo`, minus
 creating its own cluster) with a 60 s load, then checks report.json and report.png. 60 s, not
-40: the demo's model has no latency profile, so the tuner acts only once it has seen a steady
-tick, and the 40 s run's 16 s step often ended before one (a visible skip in half the runs).
+40: the demo's model has no latency profile, so the tuner acts only once a settled tick with
+traffic gave it a first curve point, and the 40 s run often ended before its first decision
+(a visible skip in about half the runs).
 """
 
 from __future__ import annotations

@@ -380,7 +380,7 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     if learns and obs.avg_batch is not None and obs.compute_ms is not None:
         buckets = curve_mod.update(buckets, obs.avg_batch, obs.compute_ms)
     latency = _latency(spec, buckets)
-    if latency is None:  # no prior and no steady state seen yet
+    if latency is None:  # no prior and no settled tick with traffic seen yet
         return _hold(
             obs,
             spec,
