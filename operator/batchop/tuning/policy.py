@@ -369,10 +369,11 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
 
     # 2. Learn the curve, then the model's correction at the running configuration. From
     # steady ticks: a window whose load moved mixes batch sizes, and its mean execution
-    # time then lies below the curve (family bench: worse on 10 of 48 cases when every
-    # settled tick taught it). Except while there is no curve at all: a model without a
-    # profile whose traffic is never steady (bursts) would otherwise never be tuned (the
-    # bursty e2e: 165 s on 1 replica while the overload guard refused 5% of requests).
+    # time then lies below the curve (family bench, every settled tick teaching it: worse
+    # on 15 of 48 cases, better on 3). Except while there is no curve at all: a model
+    # without a profile whose traffic is never steady (bursts) would otherwise never be
+    # tuned (the bursty e2e: its first decision at 165 s, 1 replica throughout, the
+    # overload guard refusing 5% of requests).
     buckets = state.curve
     learns = now.steady or (
         now.settled and rps > 0 and now.ready > 0 and _latency(spec, buckets) is None
