@@ -275,9 +275,8 @@ class TuningLoop:
             # A hold is logged when its kind changes (the figures in it change every tick):
             # "steady", or which hold ("holding: metrics stale", "holding: no batch-latency
             # data yet", ...), so that a model held for one reason after another says so.
-            about = decision.reason.split("(")[0].strip()
-            if not about.startswith("holding"):
-                about = decision.reason.split(":")[0]
+            reason = decision.reason
+            about = reason.split("(")[0] if reason.startswith("holding") else reason.split(":")[0]
             level = logging.INFO if self.hold_kind.get(key) != about else logging.DEBUG
             self.hold_kind[key] = about
             log.log(level, "%s/%s: %s", *key, decision.reason)

@@ -375,12 +375,11 @@ def decide(obs: Observation, spec: TuningSpec, state: TuningState) -> Decision:
     # tuned (the bursty e2e: its first decision at 165 s, 1 replica throughout, the
     # overload guard refusing 5% of requests).
     buckets = state.curve
-    learns = now.steady or (
-        now.settled and rps > 0 and now.ready > 0 and _latency(spec, buckets) is None
-    )
+    latency = _latency(spec, buckets)
+    learns = now.steady or (now.settled and rps > 0 and now.ready > 0 and latency is None)
     if learns and obs.avg_batch is not None and obs.compute_ms is not None:
         buckets = curve_mod.update(buckets, obs.avg_batch, obs.compute_ms)
-    latency = _latency(spec, buckets)
+        latency = _latency(spec, buckets)
     if latency is None:  # no prior and no settled tick with traffic seen yet
         return _hold(
             obs,
