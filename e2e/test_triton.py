@@ -122,6 +122,21 @@ def test_reload_is_hitless_under_load_and_keeps_counters(server: TritonProcess) 
     assert slow <= 0.005 * len(latencies), f"{slow} requests took > 1 s"
 
 
+def test_load_resends_a_refused_connection_to_another_target(server: TritonProcess) -> None:
+    """A killed pod stays listed until its probe fails: what is sent to it is refused at
+    connect, never reaches a server, and is resent to the next target (a mesh's
+    connect-failure retry). Here one of two targets has nothing listening."""
+    dead = f"127.0.78.{next(_ADDRESSES)}:8000"
+    report = asyncio.run(
+        run_load(constant_trace(40.0, 3.0), StaticTargets([server.url, dead], MODEL), seed=3)
+    )
+    assert report["requests"] > 60
+    assert report["failed"] == 0, report["errors"]
+    # Round robin sends every other request to the dead address; each was resent.
+    assert report["resent"] >= report["requests"] // 2 - 1
+    assert set(report["records"]["target"]) == {server.url}
+
+
 def test_rejected_config_keeps_old_one_serving(server: TritonProcess) -> None:
     set_queue_delay_sync(server.url, MODEL, 2000)
     config = asyncio.run(get_model_config(server.url, MODEL))

@@ -6,6 +6,12 @@ constant rate are drawn per segment: a Poisson count, then uniform times (exact 
 process). Requests go round-robin over the current targets through tritonclient's asyncio HTTP
 client; in BatchedModel mode the targets are the model's Ready pods, re-listed every few
 seconds from the API server. Everything stays on loopback: other addresses are refused.
+
+A request whose connection is refused never reached a server, so it is sent once more to the
+next target, as a mesh or ingress in front of Triton does by default (Envoy's and Istio's
+connect-failure retry): a killed pod stays Ready, and listed, until its probe fails, and
+without it every request sent to it meanwhile would fail. Counted apart (`resent`). A
+request that reached a server and failed is never resent: it may have run.
 """
 
 from __future__ import annotations
@@ -235,6 +241,7 @@ class _Records:
     target: list[str] = field(default_factory=list)
     done: int = 0
     good: int = 0
+    resent: int = 0
     errors: Counter[str] = field(default_factory=Counter)
 
 
@@ -299,6 +306,7 @@ async def run_load(
 ) -> dict[str, Any]:
     """Drive `trace` onto `source`'s targets; return the report (see summarize). Requests
     carry `payload` (by default the sleep model's)."""
+    import aiohttp
     import tritonclient.http.aio as aioclient
 
     payload = payload or sleep_payload()
@@ -349,7 +357,16 @@ async def run_load(
             rec.done += 1
             return
         try:
-            result = await clients[target.url].infer(target.model, [inp])
+            try:
+                result = await clients[target.url].infer(target.model, [inp])
+            except aiohttp.ClientConnectorError:
+                others = [t for t in current if t.url != target.url]
+                if not others:
+                    raise
+                target = others[idx % len(others)]
+                rec.target[idx] = target.url
+                rec.resent += 1
+                result = await clients[target.url].infer(target.model, [inp])
             good = payload.matches(result.as_numpy(payload.output_name), which)
             if not good:
                 rec.errors["wrong result"] += 1
@@ -427,6 +444,7 @@ async def run_load(
     cpu = time.process_time() - cpu0
     report["client_cpu_ms_per_request"] = round(1000 * cpu / len(sent), 3) if len(sent) else None
     report["errors"] = dict(rec.errors.most_common(20))
+    report["resent"] = rec.resent  # refused at connect, sent again to another target
     report["targets"] = sorted(set(rec.target) - {""})
     if keep_records:
         report["records"] = {
