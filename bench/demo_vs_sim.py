@@ -12,6 +12,13 @@ trip), and replica-seconds over the slice (every replica asked for, starting one
 The target: the simulator within 0.02 of the real request attainment and within 10% of its
 replica-seconds. The simulator's pod start is the cpu-demo profile's; the real one is read
 from the demo's timeline and reported beside it.
+
+The simulator runs twice. First with the cpu-demo profile as the server's curve: what the
+sleep model is told to take. Then with the curve that `batchop profile` measures on the same
+model in a real tritonserver (the same code, measured_profile): what it takes, the python
+backend's own cost per execution included, as a user would calibrate the simulator for their
+server. The operator has no profile either way (the demo's BatchedModel gives none): it
+learns its curve online, on both sides.
 """
 
 from __future__ import annotations
@@ -69,8 +76,40 @@ def pod_start(timeline: list[dict[str, Any]]) -> float | None:
     return max(waits) if waits else None
 
 
-def simulated_figures(trace: Any) -> dict[str, Any]:
-    """The simulator on the demo's slice with the demo's BatchedModel."""
+def measured_curve(say: Any = print) -> tuple[tuple[int, float], ...]:
+    """The demo model's batch curve ((batch size, ms) pairs) measured on a real tritonserver: the
+    model the demo's pods run, at the demo's batch limit, on an address of its own."""
+    import tempfile
+
+    from batchop.sim.profile import load_profile
+    from batchop_dev.local.demo import PROFILE_FILE, TRACE_SPEC
+    from batchop_dev.local.triton import TritonProcess, write_model_repository
+    from batchop_dev.local.triton.calibrate import measured_profile
+
+    model = "cpu-demo"
+    with tempfile.TemporaryDirectory(prefix="batchop-dvs-") as tmp:
+        write_model_repository(
+            Path(tmp) / "repo",
+            model,
+            load_profile(PROFILE_FILE),
+            max_batch_size=int(TRACE_SPEC["model"]["maxBatchSize"]),
+        )
+        with TritonProcess(
+            Path(tmp) / "repo",
+            address="127.0.81.1",
+            load_models=[model],
+            log_path=Path(tmp) / "triton.log",
+        ) as triton:
+            curve = measured_profile(triton.url, model).batch_latency_ms
+    say("measured curve: " + ", ".join(f"{x:.2f} ms at batch {b}" for b, x in curve))
+    return tuple(curve)
+
+
+def simulated_figures(
+    trace: Any, curve_ms: tuple[tuple[int, float], ...] | None = None
+) -> dict[str, Any]:
+    """The simulator on the demo's slice with the demo's BatchedModel; the server's batch
+    curve is the cpu-demo profile's, or `curve_ms` (measured_curve)."""
     from batchop.api.models import parse_batched_model
     from batchop.api.tuning_spec import tuning_spec
     from batchop.sim.baselines import make_policy
@@ -86,6 +125,8 @@ def simulated_figures(trace: Any) -> dict[str, Any]:
     spec = tuning_spec(bm)
     profile = load_profile(PROFILE_FILE)
     profile = replace(profile, max_batch_size=spec.max_batch_size)
+    if curve_ms is not None:
+        profile = replace(profile, batch_latency_ms=curve_ms)
     policy = make_policy("batchop", profile, trace, spec, spec.start_delay_us, spec.start_replicas)
     config = SimConfig(seed=1, scrape_interval_s=5.0, rate_window_s=20.0)
     run = simulate(profile, trace, spec, policy, config)
@@ -104,6 +145,7 @@ def simulated_figures(trace: Any) -> dict[str, Any]:
         "max_replicas": result["max_replicas_used"],
         "pod_start_s": profile.startup_seconds,
         "slo_ms": spec.slo_ms,
+        "curve_ms": [[b, profile.latency_ms(b)] for b in range(1, spec.max_batch_size + 1)],
     }
 
 
@@ -119,34 +161,74 @@ def compare(real: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def markdown(prov: str, real: dict[str, Any], sim: dict[str, Any], got: dict[str, Any]) -> str:
+def markdown(
+    prov: str,
+    real: dict[str, Any],
+    sim: dict[str, Any],
+    got: dict[str, Any],
+    measured: dict[str, Any],
+    got_measured: dict[str, Any],
+) -> str:
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{x:+.1%}"
 
     def start(x: float | None) -> str:
         return "-" if x is None else f"{x:.0f}"
 
+    def attainment(g: dict[str, Any]) -> str:
+        return (
+            f"{g['attainment_difference']:+.4f} "
+            f"({'met' if g['attainment_met'] else 'not met'}: within {ATTAINMENT_TOLERANCE})"
+        )
+
+    def seconds(g: dict[str, Any]) -> str:
+        return (
+            f"{pct(g['replica_seconds_difference'])} "
+            f"({'met' if g['replica_seconds_met'] else 'not met'}: within "
+            f"{REPLICA_SECONDS_TOLERANCE:.0%})"
+        )
+
+    sims = (sim, measured)
     rows = [
-        ("requests sent", f"{real['requests']:,}", f"{sim['requests']:,}", ""),
-        ("refused by the overload guard", f"{real['rejected']:,}", f"{sim['rejected']:,}", ""),
+        ("requests sent", f"{real['requests']:,}", *(f"{s['requests']:,}" for s in sims), "", ""),
+        (
+            "refused by the overload guard",
+            f"{real['rejected']:,}",
+            *(f"{s['rejected']:,}" for s in sims),
+            "",
+            "",
+        ),
         (
             "request attainment (served within the SLO / sent)",
             f"{real['request_attainment']:.4f}",
-            f"{sim['request_attainment']:.4f}",
-            f"{got['attainment_difference']:+.4f} "
-            f"({'met' if got['attainment_met'] else 'not met'}: within {ATTAINMENT_TOLERANCE})",
+            *(f"{s['request_attainment']:.4f}" for s in sims),
+            attainment(got),
+            attainment(got_measured),
         ),
         (
             "replica-seconds",
             f"{real['replica_seconds']:.0f}",
-            f"{sim['replica_seconds']:.0f}",
-            f"{pct(got['replica_seconds_difference'])} ("
-            f"{'met' if got['replica_seconds_met'] else 'not met'}: within "
-            f"{REPLICA_SECONDS_TOLERANCE:.0%})",
+            *(f"{s['replica_seconds']:.0f}" for s in sims),
+            seconds(got),
+            seconds(got_measured),
         ),
-        ("most replicas", str(real["max_replicas"]), str(sim["max_replicas"]), ""),
-        ("pod start s", start(real["pod_start_s"]), start(sim["pod_start_s"]), ""),
+        (
+            "most replicas",
+            str(real["max_replicas"]),
+            *(str(s["max_replicas"]) for s in sims),
+            "",
+            "",
+        ),
+        (
+            "pod start s",
+            start(real["pod_start_s"]),
+            *(start(s["pod_start_s"]) for s in sims),
+            "",
+            "",
+        ),
     ]
+    curve = ", ".join(f"{ms:.2f} ms at batch {b}" for b, ms in measured["curve_ms"])
+    nominal = ", ".join(f"{ms:.2f} ms at batch {b}" for b, ms in sim["curve_ms"])
     return "\n".join(
         [
             "# The real stack against the simulator (bench/demo_vs_sim.py)",
@@ -157,11 +239,14 @@ def markdown(prov: str, real: dict[str, Any], sim: dict[str, Any], got: dict[str
             "then the simulator on the same slice and BatchedModel (scrapes every 5 s, rate "
             "window 20 s, seed 1). Real: the clients' latencies and the demo's timeline "
             "(replicas every 5 s); the real pod start is the longest wait seen from a scale-up "
-            "to all Ready, at the timeline's resolution.",
+            "to all Ready, at the timeline's resolution. The simulator's server runs the "
+            f"cpu-demo profile ({nominal}), then the curve measured on the demo's model in a "
+            f"real tritonserver ({curve}).",
             "",
-            "| figure | real stack | simulator | simulator - real |",
-            "|---|---|---|---|",
-            *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows),
+            "| figure | real stack | simulator | simulator, measured curve "
+            "| simulator - real | simulator, measured curve - real |",
+            "|---|---|---|---|---|---|",
+            *("| " + " | ".join(row) + " |" for row in rows),
             "",
         ]
     )
@@ -213,7 +298,10 @@ def main() -> int:
     real = real_figures(report, trace.end)
     sim = simulated_figures(trace)
     got = compare(real, sim)
-    text = markdown(provenance.finish().markdown(), real, sim, got)
+    print("== the simulator again, on the curve measured on real Triton ==", flush=True)
+    measured = simulated_figures(trace, measured_curve())
+    got_measured = compare(real, measured)
+    text = markdown(provenance.finish().markdown(), real, sim, got, measured, got_measured)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     provenance.write_json(
@@ -222,6 +310,8 @@ def main() -> int:
         real=real,
         simulator=sim,
         compare=got,
+        simulator_measured_curve=measured,
+        compare_measured_curve=got_measured,
     )
     print(text)
     return 0
