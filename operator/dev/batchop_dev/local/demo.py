@@ -80,6 +80,9 @@ class Sample:
     ready: int
     avg_batch: float | None
     offered_rps: float = 0.0
+    # Triton's compute time per request, which each request of a batch is charged whole:
+    # the time of one execution (over avg_batch: the time per inference).
+    compute_ms: float | None = None
 
 
 @dataclass
@@ -145,7 +148,8 @@ def new_decisions(status: dict[str, Any], seen: set[str]) -> list[dict[str, Any]
 
 
 def write_plot(result: DemoResult, path: Path) -> None:
-    """report.png: load, p99 (Triton's and the clients') vs SLO, delay, replicas over time."""
+    """report.png: load, p99 (Triton's and the clients') vs SLO, delay, replicas over time,
+    and the batches forming: the average batch and the compute time per inference."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -157,7 +161,7 @@ def write_plot(result: DemoResult, path: Path) -> None:
     def series(values: list[float | None]) -> list[float]:
         return [math.nan if v is None else float(v) for v in values]
 
-    fig, axes = plt.subplots(4, 1, sharex=True, figsize=(9, 9))
+    fig, axes = plt.subplots(5, 1, sharex=True, figsize=(9, 11))
     per_second = result.load.get("timeline") or []
     if "bursty" in result.summary and per_second:  # bursts are seconds long: per second
         xs = [x["t"] for x in per_second]
@@ -214,8 +218,23 @@ def write_plot(result: DemoResult, path: Path) -> None:
     axes[3].plot(t, [s.replicas for s in tl], label="replicas", drawstyle="steps-post")
     axes[3].plot(t, [s.ready for s in tl], label="ready", drawstyle="steps-post")
     axes[3].set_ylabel("pods")
-    axes[3].set_xlabel("seconds")
     axes[3].legend(loc="upper right")
+    # What the delay buys: bigger batches, and less compute per inference.
+    axes[4].plot(t, series([s.avg_batch for s in tl]), label="average batch", color="tab:purple")
+    axes[4].set_ylabel("requests / batch")
+    axes[4].set_ylim(bottom=0)
+    per_inference = axes[4].twinx()
+    per_inference.plot(
+        t,
+        series([s.compute_ms / s.avg_batch if s.compute_ms and s.avg_batch else None for s in tl]),
+        label="compute ms per inference",
+        color="tab:brown",
+    )
+    per_inference.set_ylabel("compute ms / inference")
+    per_inference.set_ylim(bottom=0)
+    handles = [*axes[4].get_lines(), *per_inference.get_lines()]
+    axes[4].legend(handles, [h.get_label() for h in handles], loc="upper right")
+    axes[4].set_xlabel("seconds")
     axes[2].set_ylim(bottom=0)
     axes[3].set_ylim(0, max([s.replicas for s in tl] + [1]) + 1)
     axes[3].yaxis.get_major_locator().set_params(integer=True)
@@ -505,6 +524,7 @@ def _run_load(
                 ready=int(status.get("readyReplicas", sum(pod_ready(p) for p in pods))),
                 avg_batch=None if parts is None else parts.avg_batch,
                 offered_rps=trace.rate_at(min(t, trace.end - 1e-6)),
+                compute_ms=None if parts is None else parts.compute_ms,
             )
             result.timeline.append(sample)
             for d in new_decisions(status, seen):
@@ -517,6 +537,7 @@ def _run_load(
     result.load = {k: v for k, v in load.report.items() if k != "records"}
     if load.error is not None:
         raise RuntimeError(f"the load generator failed: {load.error}") from load.error
+    curves = batch_curves(cluster, bm, out)
     if bursty:
         result.summary = _summarize_bursty(result, trace, bm, load.report.get("records"), sample_s)
         result.summary["bursty"]["triton_rejected"] = _triton_rejected(
@@ -535,6 +556,20 @@ def _run_load(
     else:
         result.summary = _summarize(result, trace, bm, load.report.get("records"))
         for line in summary_lines(result.summary):
+            out(line)
+    result.summary["curves"] = curves
+    if curves.get("measured") and result.summary.get("steps"):
+        from batchop.api.tuning_spec import tuning_spec
+
+        rows = plan_check(
+            result.summary["steps"],
+            [asdict(x) for x in result.timeline],
+            curves["measured"],
+            tuning_spec(bm),
+        )
+        result.summary["plan"] = rows
+        out("batchop plan on the measured curve, against each settled step:")
+        for line in plan_lines(rows):
             out(line)
     notes = []
     if not result.decisions:
@@ -594,6 +629,128 @@ def _summarize_bursty(
             sample_s=sample_s,
         ),
     }
+
+
+def batch_curves(cluster: Any, bm: Any, out: Callable[[str], None]) -> dict[str, Any]:
+    """The batch curve measured on one of the model's pods once the load is over (as
+    `batchop profile` measures it) next to the one the operator learned under the load
+    (status.learned.curve), in ms per execution by batch size. Either may be missing: no
+    pod Ready, or nothing learned; the reason is kept."""
+    from batchop.api.constants import PORT_HTTP
+    from batchop_dev import profiling
+
+    curves: dict[str, Any] = {"measured": None, "learned": None}
+    learned = (model_status(cluster, bm).get("learned") or {}).get("curve")
+    if learned:
+        curves["learned"] = [[float(b), float(ms)] for b, ms, *_ in learned]
+    else:
+        curves["learned_missing"] = "status.learned.curve is empty: nothing learned"
+    ready = [p for p in model_pods(cluster, bm) if pod_ready(p) and p["status"].get("podIP")]
+    if not ready:
+        curves["measured_missing"] = "no pod Ready after the load"
+    else:
+        url = f"{ready[0]['status']['podIP']}:{PORT_HTTP}"
+        try:
+            m = profiling.measure(url, bm.spec.model.name, repeats=5)
+        except Exception as exc:  # noqa: BLE001 - the report says why, the demo goes on
+            curves["measured_missing"] = f"measuring {url} failed: {exc}"
+        else:
+            curves["measured"] = [[float(b), float(ms)] for b, ms in m.curve_ms]
+    for line in curve_lines(curves):
+        out(line)
+    return curves
+
+
+def curve_lines(curves: dict[str, Any]) -> list[str]:
+    """The two curves as the demo prints them, and how far apart they are. Pure."""
+
+    def fmt(points: list[list[float]] | None, why: str | None) -> str:
+        if not points:
+            return f"none ({why})"
+        return ", ".join(f"{ms:.2f} ms at {b:g}" for b, ms in points)
+
+    lines = [
+        "batch curve, measured after the load (batchop profile's way): "
+        + fmt(curves.get("measured"), curves.get("measured_missing")),
+        "batch curve, learned by the operator under the load: "
+        + fmt(curves.get("learned"), curves.get("learned_missing")),
+    ]
+    gaps = curve_gaps(curves)
+    if gaps:
+        lines.append(
+            "learned vs measured: " + ", ".join(f"{gap:+.0%} at batch {b:g}" for b, gap in gaps)
+        )
+    return lines
+
+
+def curve_gaps(curves: dict[str, Any]) -> list[tuple[float, float]]:
+    """(batch, learned / measured - 1) at each batch size the operator learned, the measured
+    curve interpolated there; none unless both curves exist. Pure."""
+    import numpy as np
+
+    measured, learned = curves.get("measured"), curves.get("learned")
+    if not measured or not learned:
+        return []
+    xs = [b for b, _ in measured]
+    ys = [ms for _, ms in measured]
+    return [(b, ms / float(np.interp(b, xs, ys)) - 1.0) for b, ms in learned]
+
+
+# Issue 26's bounds for `batchop plan` against a settled step of the demo.
+PLAN_REPLICAS_WITHIN = 1
+PLAN_P99_WITHIN = 0.25
+
+
+def plan_check(
+    steps: list[dict[str, Any]],
+    timeline: list[dict[str, Any]],
+    curve: list[list[float]],
+    spec: Any,
+) -> list[dict[str, Any]]:
+    """`batchop plan` on the measured curve, at each settled step's rate, against what the
+    demo settled on: its replicas at the step's end and the clients' p99 over the step's
+    settled part. Pure (`spec`: the demo's TuningSpec)."""
+    from batchop.tuning.curve import prior_curve
+    from batchop.tuning.policy import recommend
+
+    out = []
+    for step in steps:
+        if step.get("within_slo") is None or step.get("client_p99_ms") is None:
+            continue
+        plan = recommend(prior_curve([(b, ms) for b, ms in curve]), step["offered_rps"], spec)
+        inside = [x for x in timeline if step["start_s"] <= float(x["t"]) <= step["end_s"]]
+        p99 = float(step["client_p99_ms"])
+        replicas_off = abs(plan.replicas - int(step["last_replicas"]))
+        p99_off = plan.predicted_p99_ms / p99 - 1.0
+        out.append(
+            {
+                "start_s": step["start_s"],
+                "rps": step["offered_rps"],
+                "plan_replicas": plan.replicas,
+                "plan_delay_us": plan.delay_us,
+                "plan_p99_ms": round(plan.predicted_p99_ms, 2),
+                "demo_replicas": int(step["last_replicas"]),
+                "demo_delay_us": inside[-1].get("delay_us") if inside else None,
+                "demo_p99_ms": p99,
+                "replicas_met": replicas_off <= PLAN_REPLICAS_WITHIN,
+                "p99_difference": round(p99_off, 4),
+                "p99_met": abs(p99_off) <= PLAN_P99_WITHIN,
+            }
+        )
+    return out
+
+
+def plan_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The plan check as the demo prints it. Pure."""
+    return [
+        f"  plan at {r['rps']:g} req/s: {r['plan_replicas']} replica(s), delay "
+        f"{r['plan_delay_us']} us, p99 {r['plan_p99_ms']:.1f} ms; the demo settled on "
+        f"{r['demo_replicas']}, delay {r['demo_delay_us']} us, clients' p99 "
+        f"{r['demo_p99_ms']:.1f} ms (replicas {'within' if r['replicas_met'] else 'beyond'} "
+        f"{PLAN_REPLICAS_WITHIN}; p99 {r['p99_difference']:+.0%}, "
+        f"{'within' if r['p99_met'] else 'beyond'} {PLAN_P99_WITHIN:.0%})"
+        for r in rows
+    ]
 
 
 def _triton_rejected(prometheus_url: str, bm: Any, seconds: float) -> float | None:
@@ -658,10 +815,41 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def write_curve_plot(curves: dict[str, Any], path: Path) -> None:
+    """curves.png: ms per execution by batch size, measured after the load and learned under
+    it, with the time per inference it gives (the batching gain) beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, per) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for key, style in (("measured", "o-"), ("learned", "s--")):
+        points = curves.get(key) or []
+        if points:
+            xs, ys = [b for b, _ in points], [ms for _, ms in points]
+            ax.plot(xs, ys, style, label=key)
+            per.plot(xs, [ms / b for b, ms in points], style, label=key)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("ms per execution")
+    per.set_xlabel("batch size")
+    per.set_ylabel("ms per inference")
+    for a in (ax, per):
+        a.set_ylim(bottom=0)
+        a.legend(loc="best")
+    fig.suptitle("batch curve: measured on a pod after the load, learned by the operator")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _write_report(result: DemoResult, report_dir: Path, out: Callable[[str], None]) -> None:
     (report_dir / "report.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
     if result.timeline:
         write_plot(result, report_dir / "report.png")
+    curves = result.summary.get("curves") or {}
+    if curves.get("measured") or curves.get("learned"):
+        write_curve_plot(curves, report_dir / "curves.png")
     served = [s.rps for s in result.timeline if s.rps]
     out(
         f"report: {report_dir / 'report.json'}"
