@@ -24,7 +24,8 @@ pytestmark = pytest.mark.e2e
 DURATION_S = 60.0
 
 
-def test_demo_report_has_real_samples(cluster: Any, stack: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("model", ["sleep", "mlp"])
+def test_demo_report_has_real_samples(cluster: Any, stack: Any, tmp_path: Path, model: str) -> None:
     lines: list[str] = []
     result = run_demo(
         duration_s=DURATION_S,
@@ -33,6 +34,7 @@ def test_demo_report_has_real_samples(cluster: Any, stack: Any, tmp_path: Path) 
         cluster=cluster,
         stack=stack,
         say=lines.append,
+        model=model,
     )
     assert "interrupted" not in result.notes, "\n".join(lines)
     report = json.loads((tmp_path / "report.json").read_text())
@@ -45,18 +47,27 @@ def test_demo_report_has_real_samples(cluster: Any, stack: Any, tmp_path: Path) 
     assert report["load"]["ok"] > 0
     assert (tmp_path / "report.png").stat().st_size > 10_000
     assert len(report["summary"]["steps"]) == 4
-    # The batch curve, measured on a pod after the load: the sleep model at the demo's batch
-    # limit of 2 cannot run faster than the profile it sleeps (4.0 and 4.125 ms).
+    # The batch curve, measured on a pod after the load.
     curves = report["summary"]["curves"]
     measured = curves["measured"]
     assert measured is not None, curves
-    assert [b for b, _ in measured] == [1.0, 2.0]
-    assert measured[0][1] >= 4.0 and measured[1][1] >= 4.125, measured
+    if model == "sleep":
+        # At the demo's batch limit of 2 it cannot run faster than the profile it sleeps.
+        assert [b for b, _ in measured] == [1.0, 2.0]
+        assert measured[0][1] >= 4.0 and measured[1][1] >= 4.125, measured
+    else:
+        # Real compute batches: a batch of 32 costs far less per inference than 32 of one
+        # (about 0.14x here; half is the bound a noisy machine cannot break).
+        (b1, ms1), (top, ms_top) = measured[0], measured[-1]
+        assert b1 == 1.0 and top == 32.0, measured
+        assert ms_top / top <= 0.5 * ms1, measured
     assert (tmp_path / "curves.png").stat().st_size > 5_000
     # What the operator learned under the load is within issue 26's 15% of it, where it
     # learned (a curve learned on a starved machine measures the machine: not judged then).
+    # Not for the MLP: its compute shares the two cores with the load generator during the
+    # load and not after it (+10% to +24% in the run README cites); printed, not judged.
     gaps = curve_gaps(curves)
-    if gaps and report["load"]["send_lag_p99_ms"] <= MAX_SEND_LAG_MS:
+    if model == "sleep" and gaps and report["load"]["send_lag_p99_ms"] <= MAX_SEND_LAG_MS:
         assert all(abs(gap) <= 0.15 for _, gap in gaps), (gaps, curves)
     # The operator tunes; even 60 s is too short to require a decision. Without one, the report
     # must say so, and the decision counting is not judged (a visible skip, not a pass).

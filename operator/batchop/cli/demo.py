@@ -79,6 +79,15 @@ def register(subparsers: Any) -> None:
         help="seconds between table rows / report samples (default %(default)g)",
     )
     p.add_argument(
+        "--model",
+        choices=("sleep", "mlp"),
+        default="sleep",
+        help="what the pods serve: sleep, a model that sleeps the cpu-demo profile (capped at "
+        "2 a batch, so that the steps need more replicas), or mlp, a real ONNX network run "
+        "by onnxruntime (batches of up to 32: the delay, the batch and the compute per "
+        "inference move; one replica serves the steps) (default %(default)s)",
+    )
+    p.add_argument(
         "--name", default="batchop-demo", help="local cluster name (default %(default)s)"
     )
     p.add_argument(
@@ -136,5 +145,6 @@ def run(args: argparse.Namespace) -> int:
         cluster_name=args.name,
         keep_cluster=args.keep_cluster,
         trace=trace,
+        model=args.model,
     )
     return main_exit_code(result)
