@@ -65,7 +65,8 @@ def test_demo_report_has_real_samples(cluster: Any, stack: Any, tmp_path: Path, 
     # What the operator learned under the load is within issue 26's 15% of it, where it
     # learned (a curve learned on a starved machine measures the machine: not judged then).
     # Not for the MLP: its compute shares the two cores with the load generator during the
-    # load and not after it (+10% to +24% in the run README cites); printed, not judged.
+    # load and not after it, so the gap varies from run to run (6% to 24% seen); printed,
+    # not judged.
     gaps = curve_gaps(curves)
     if model == "sleep" and gaps and report["load"]["send_lag_p99_ms"] <= MAX_SEND_LAG_MS:
         assert all(abs(gap) <= 0.15 for _, gap in gaps), (gaps, curves)
