@@ -72,7 +72,9 @@ def test_a_restarted_api_server_comes_back_with_the_clusters_objects(
     own_cluster: LocalCluster,
 ) -> None:
     """What the chaos bench does to kube-apiserver: stopped and started again with its own
-    command line; kwokctl's pid file names the new process (so `down()` stops it)."""
+    command line; kwokctl's pid file names the new process (so `down()` stops it). The
+    controllers that lost their lease meanwhile run again (without that, the chaos run's
+    later faults ran with no controller manager and no scheduler)."""
     pid_file = own_cluster.workdir / "pids" / "kube-apiserver.pid"
     before = int(pid_file.read_text())
     name = f"kept-{uuid.uuid4().hex[:6]}"
@@ -82,6 +84,19 @@ def test_a_restarted_api_server_comes_back_with_the_clusters_objects(
     assert after != before and alive(after) and not alive(before) and down_s > 0
     got = own_cluster.kubectl_json("get", "configmap", name)
     assert got["data"] == {"a": "1"}
+    # The controllers are back too: kube-controller-manager and kube-scheduler exit when
+    # their lease lapses during the restart (about 12 s here); the cluster starts them again,
+    # so a new Deployment still gets its pod scheduled and running (Available).
+    for peer in ("kube-controller-manager", "kube-scheduler"):
+        assert alive(int((own_cluster.workdir / "pids" / f"{peer}.pid").read_text())), peer
+    own_cluster.kubectl("create", "deployment", name, "--image=busybox")
+    own_cluster.kubectl(
+        "wait",
+        f"deployment/{name}",
+        "--for=condition=Available",
+        "--timeout=90s",
+        timeout=120,
+    )
 
 
 def test_service_ips_come_from_the_wide_service_range(cluster: LocalCluster) -> None:

@@ -57,8 +57,27 @@ def test_failures_count_the_killed_pods_in_flight_requests_apart() -> None:
         "failed": 1,  # 11.0 to the dead pod; 12.0 was refused by the guard
         "refused": 1,
         "in_flight_failed": 2,
+        "in_flight_failed_inside": 0,  # sent before the fault: not in `failed`
         "failed_at_killed_pod": 1,
     }
+    assert chaos.beyond_in_flight(got) == 1  # the in-flight ones do not hide it
+
+
+def test_a_deleted_nodes_pods_count_in_flight_at_their_servers_stop() -> None:
+    # Node deleted at 10 s, its pods' servers gone at 12 s: what was in flight then failed,
+    # whenever it was sent; a failure sent to them after that, or to another pod, is beyond.
+    records = {
+        "send_s": [9.0, 10.5, 11.9, 12.5, 13.0, 14.0],
+        "latency_ms": [3100.0, 1500.0, 150.0, None, None, 5.0],
+        "ok": [False, False, False, False, False, True],
+        "rejected": [False] * 6,
+        "target": ["a:8000", "a:8000", "c:8000", "c:8000", "b:8000", "b:8000"],
+    }
+    got = chaos.failures(records, 10.0, 20.0, killed=["a:8000", "c:8000"], killed_at_s=12.0)
+    assert got["failed"] == 4
+    assert got["in_flight_failed"] == 3 and got["in_flight_failed_inside"] == 2
+    assert got["failed_at_killed_pod"] == 1  # 12.5, sent to a stopped server
+    assert chaos.beyond_in_flight(got) == 2  # 12.5 and 13.0 (to a live pod)
 
 
 def test_judge_reports_each_fault_and_the_targets() -> None:

@@ -61,6 +61,10 @@ rules:
 # The virtual ClusterIP range. kube-apiserver's default is a /24 (253 Services), too few for
 # the 1,000-model scale benchmark; nothing binds these addresses (pods use loopback IPs).
 SERVICE_CIDR = "10.96.0.0/16"
+# The components that hold a leader lease through kube-apiserver, and how long after its
+# restart one may still exit for having lost it (their renew period is 2 s).
+LEASE_HOLDERS = ("kube-controller-manager", "kube-scheduler")
+LEASE_RENEW_S = 5.0
 # The pod network a cluster was made with, kept in its kwokctl work directory (and gone with
 # it), so that a cluster made later, by any process, picks another.
 NETWORK_FILE = "batchop-pod-network"
@@ -484,7 +488,51 @@ class LocalCluster:
         again with the same command line, working directory and environment, as a
         supervisor restarts a crashed one; returns the seconds until it is back (for
         kube-apiserver: until /readyz answers). kwokctl's pid file names the new process,
-        so `down()` stops it."""
+        so `down()` stops it.
+
+        kube-controller-manager and kube-scheduler exit when kube-apiserver is away longer
+        than their leader lease's renew deadline (10 s), as in any cluster, where the kubelet
+        then starts them again. Here nothing would: after restarting kube-apiserver, each of
+        them that has exited, or exits within LEASE_RENEW_S of its readiness, is started
+        again the same way."""
+        launch = self._launch_line(component)
+        peers = {}
+        if component == "kube-apiserver":
+            for peer in LEASE_HOLDERS:
+                try:
+                    peers[peer] = self._launch_line(peer)
+                except ClusterError:
+                    continue  # not running: nothing to keep alive
+        started = time.monotonic()
+        pid = launch[0]
+        os.kill(pid, signal.SIGTERM)
+        while alive(pid) and time.monotonic() - started < 10:
+            time.sleep(0.1)
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        new = self._respawn(component, launch)
+        if component == "kube-apiserver":
+            while self.kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode:
+                if new.poll() is not None or time.monotonic() - started > timeout_s:
+                    raise ClusterError(
+                        f"cluster {self.name!r}: kube-apiserver not ready after a restart "
+                        f"(log {self.workdir / 'logs' / 'kube-apiserver.log'})"
+                    )
+                time.sleep(0.2)
+        took = time.monotonic() - started
+        ready_at = time.monotonic()
+        while peers:
+            for peer, line in list(peers.items()):
+                if not alive(line[0]):
+                    self._respawn(peer, line)
+                    del peers[peer]
+            if time.monotonic() - ready_at > LEASE_RENEW_S:
+                break
+            time.sleep(0.2)
+        return took
+
+    def _launch_line(self, component: str) -> tuple[int, list[str], str, dict[str, str]]:
+        """A running component's pid, command line, working directory and environment."""
         pid_file = self.workdir / "pids" / f"{component}.pid"
         try:
             pid = int(pid_file.read_text().strip())
@@ -498,12 +546,14 @@ class LocalCluster:
             )
         except (OSError, ValueError) as exc:
             raise ClusterError(f"cluster {self.name!r}: no running {component} ({exc})") from exc
-        started = time.monotonic()
-        os.kill(pid, signal.SIGTERM)
-        while alive(pid) and time.monotonic() - started < 10:
-            time.sleep(0.1)
-        if alive(pid):
-            os.kill(pid, signal.SIGKILL)
+        if not argv:
+            raise ClusterError(f"cluster {self.name!r}: no running {component} (pid {pid} exited)")
+        return pid, argv, cwd, env
+
+    def _respawn(
+        self, component: str, line: tuple[int, list[str], str, dict[str, str]]
+    ) -> subprocess.Popen[bytes]:
+        _, argv, cwd, env = line
         with open(self.workdir / "logs" / f"{component}.log", "ab") as log:
             new = subprocess.Popen(
                 argv,
@@ -514,16 +564,8 @@ class LocalCluster:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        pid_file.write_text(str(new.pid))
-        if component == "kube-apiserver":
-            while self.kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode:
-                if new.poll() is not None or time.monotonic() - started > timeout_s:
-                    raise ClusterError(
-                        f"cluster {self.name!r}: kube-apiserver not ready after a restart "
-                        f"(log {self.workdir / 'logs' / 'kube-apiserver.log'})"
-                    )
-                time.sleep(0.2)
-        return time.monotonic() - started
+        (self.workdir / "pids" / f"{component}.pid").write_text(str(new.pid))
+        return new
 
     def status(self) -> ClusterStatus:
         if not self.is_up():
