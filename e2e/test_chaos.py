@@ -56,9 +56,9 @@ def test_faults_under_traffic_lose_no_request_and_reconcile(pytestconfig: pytest
         say(json.dumps({k: v for k, v in row.items() if not isinstance(v, dict | list)}))
     assert [r["name"] for r in rows] == [name for _, name in FAULTS], "every fault was injected"
     assert got["report"]["requests"] > 1000, "the load ran"
-    # The pod kill's in-flight requests are the only failures allowed.
+    # Requests in flight at a killed server (the pod's, the node's pods') may fail; no other.
     beyond: list[dict[str, Any]] = [r for r in rows if beyond_in_flight(r) > 0]
-    assert not beyond, f"requests failed beyond the killed pod's in-flight ones: {beyond}"
+    assert not beyond, f"requests failed beyond those in flight at a killed server: {beyond}"
     assert result["targets"]["applied_twice"] == 0, (
         f"{result['tuned_events']} Tuned Events for {result['decisions']} decisions"
     )
