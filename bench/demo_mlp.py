@@ -14,16 +14,20 @@ two plots to plots/demo_mlp.png and plots/demo_mlp_curves.png.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from batchop.provenance import Provenance
-from batchop_dev.local.demo import PLAN_P99_WITHIN, curve_gaps, curve_lines, plan_lines
+from batchop_dev.local.demo import (
+    PLAN_P99_WITHIN,
+    curve_gaps,
+    curve_lines,
+    demo_report,
+    plan_lines,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "demo_mlp.md"
@@ -129,15 +133,10 @@ def main() -> int:
     args = ap.parse_args()
     provenance = Provenance.start()
     started = time.monotonic()
-    cmd = [sys.executable, "-m", "batchop", "demo", "--model", "mlp", "--report"]
-    subprocess.run([*cmd, str(args.report)], check=False)
-    report_file = args.report / "report.json"
-    if not report_file.exists():
-        print(f"demo_mlp: the demo wrote no {report_file}", file=sys.stderr)
-        return 1
-    report = json.loads(report_file.read_text())
-    if "curves" not in report.get("summary", {}):
-        print(f"demo_mlp: the demo did not finish: {report.get('notes')}", file=sys.stderr)
+    try:
+        report = demo_report(["--model", "mlp"], args.report, finished="curves")
+    except RuntimeError as exc:
+        print(f"demo_mlp: {exc}", file=sys.stderr)
         return 1
     steps = step_batching(report)
     text = markdown(provenance.finish().markdown(), report, steps)

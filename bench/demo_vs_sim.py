@@ -24,8 +24,6 @@ learns its curve online, on both sides.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -255,7 +253,7 @@ def markdown(
 def main() -> int:
     from batchop.sim.trace import load_trace
     from batchop_dev.local import bursts
-    from batchop_dev.local.demo import EXAMPLES
+    from batchop_dev.local.demo import EXAMPLES, demo_report
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--report", type=Path, default=ROOT / "reports" / "demo-vs-sim")
@@ -264,29 +262,10 @@ def main() -> int:
     provenance = Provenance.start()
     started = time.monotonic()
     print("== the real stack: batchop demo --trace azure-code ==", flush=True)
-    # The demo's verdicts decide its exit code; only a missing report fails this bench.
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "batchop",
-            "demo",
-            "--trace",
-            "azure-code",
-            "--report",
-            str(args.report),
-        ],
-        check=False,
-    )
-    report_file = args.report / "report.json"
-    if not report_file.exists():
-        print(f"demo_vs_sim: the demo wrote no {report_file}", file=sys.stderr)
-        return 1
-    report = json.loads(report_file.read_text())
-    if "bursty" not in report.get("summary", {}):
-        print(
-            f"demo_vs_sim: the demo did not finish its run: {report.get('notes')}", file=sys.stderr
-        )
+    try:
+        report = demo_report(["--trace", "azure-code"], args.report, finished="bursty")
+    except RuntimeError as exc:
+        print(f"demo_vs_sim: {exc}", file=sys.stderr)
         return 1
     trace = bursts.trace_slice(
         load_trace(bursts.find_trace("azure-code", EXAMPLES.parent)),

@@ -17,6 +17,7 @@ from batchop_dev.local.demo import (
     _write_report,
     curve_gaps,
     curve_lines,
+    demo_report,
     demo_trace,
     main_exit_code,
     new_decisions,
@@ -137,3 +138,9 @@ def test_plan_is_checked_against_each_settled_step() -> None:
     assert high["p99_difference"] == pytest.approx(high["plan_p99_ms"] / 30.0 - 1, abs=1e-3)
     assert high["p99_met"] == (abs(high["p99_difference"]) <= 0.25)
     assert len(plan_lines(rows)) == 2
+
+
+def test_demo_report_raises_when_the_demo_wrote_none(tmp_path: Path) -> None:
+    # Refused before anything starts (the steps need 20 s): no report, a clear error.
+    with pytest.raises(RuntimeError, match="the demo wrote no"):
+        demo_report(["--duration", "5"], tmp_path / "r", finished="steps")

@@ -66,10 +66,7 @@ SETTLE_INTERVALS = 3
 # load generator and the control plane beside it.
 MODELS = ("sleep", "mlp")
 MLP_NAME = "mlp"
-MLP_SPEC = {
-    "model": {"name": MLP_NAME, "maxBatchSize": 32},
-    "autotune": DEMO_SPEC["autotune"],
-}
+MLP_MODEL = {"name": MLP_NAME, "maxBatchSize": 32}  # replaces the sleep model's spec.model
 # With a trace (its default slice and scale: batchop_dev.local.bursts): a 60 s scale-down
 # stabilization, so that the default slice's short gaps (6-39 s) must be held through and
 # its one long gap (65 s) may give a replica back within the demo.
@@ -322,7 +319,7 @@ def run_demo(
     """The demo; returns what it wrote to `report_dir`. Tears everything down, always.
 
     `model`: "sleep" (the cpu-demo profile slept, capped at 2 a batch so that the steps need
-    more replicas) or "mlp" (real compute: see MLP_SPEC).
+    more replicas) or "mlp" (real compute: see MLP_MODEL).
 
     With `cluster` and `stack` given (the e2e fixtures), they are used as they are and only
     what the demo added (its operator, its BatchedModel) is removed at the end. With `trace`
@@ -351,10 +348,9 @@ def run_demo(
             )
             cluster.up(replace=True)
             stack = LocalStack(cluster.kubeconfig, workdir=workdir, say=out).start()
-        if model == "mlp":
-            overrides = {**(TRACE_SPEC if trace is not None else DEMO_SPEC), **MLP_SPEC}
-        else:
-            overrides = TRACE_SPEC if trace is not None else DEMO_SPEC
+        overrides = TRACE_SPEC if trace is not None else DEMO_SPEC
+        if model == "mlp":  # the steps' or the trace's autotune settings, the MLP's model
+            overrides = {**overrides, "model": MLP_MODEL}
         manifest, bm = prepare_model(stack, overrides, model=model)
         cluster.install_crd()
         try:
@@ -905,6 +901,23 @@ def _write_report(result: DemoResult, report_dir: Path, out: Callable[[str], Non
         + (f", peak {max(served):.0f} req/s served" if served else "")
         + ")"
     )
+
+
+def demo_report(args: list[str], report_dir: Path, finished: str) -> dict[str, Any]:
+    """`batchop demo ARGS --report DIR` in a subprocess, as the bench scripts run it: its
+    report.json. The demo's verdicts decide its exit code, so only a missing report, or one
+    without `summary[finished]` (the run did not get that far), raises RuntimeError."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "batchop", "demo", *args, "--report", str(report_dir)]
+    subprocess.run(cmd, check=False)
+    report_file = report_dir / "report.json"
+    if not report_file.exists():
+        raise RuntimeError(f"the demo wrote no {report_file}")
+    report = json.loads(report_file.read_text())
+    if finished not in report.get("summary", {}):
+        raise RuntimeError(f"the demo did not finish its run: {report.get('notes')}")
+    return report
 
 
 def main_exit_code(result: DemoResult) -> int:
