@@ -4,7 +4,8 @@ The same code as the 15-minute bench (batchop_dev.chaos.Run), on a cluster of it
 faults delete a node and restart kube-apiserver, which the session's cluster must outlive.
 Two `batchop run --leader-elect`, the cpu-demo model kept at two replicas or more, azure-code
 replayed; one after the other, a Triton pod SIGKILLed, the leader operator SIGKILLed,
-Prometheus restarted, kube-apiserver restarted, a KWOK node deleted with its pods.
+Prometheus restarted, kube-apiserver restarted, a KWOK node deleted with its pods, the
+Prometheus Operator restarted.
 
 Asserted, from what the run recorded (batchop_dev.chaos.judge):
 - no request failed beyond those in flight at a killed pod, or at the deleted node's pods,
@@ -28,7 +29,7 @@ from batchop_dev.chaos import FAULTS, Run, beyond_in_flight, judge
 
 pytestmark = pytest.mark.e2e
 
-MINUTES = 3.0
+MINUTES = 3.5
 CLUSTER = "batchop-chaos-e2e"
 
 

@@ -1,9 +1,11 @@
-"""The local stack end to end: rendered Deployment -> pods -> real Triton per pod ->
-Prometheus scrapes them -> the observer sees the load from the load generator.
+"""The local stack end to end: rendered Deployment and PodMonitor -> pods -> real Triton per
+pod -> the real Prometheus Operator has Prometheus scrape them -> the observer sees the load
+from the load generator.
 
-The Deployment comes from batchop.render (not the operator), so this checks the stack's own
-parts: the pod runner's kubelet role (readiness, restarts, stop on delete), Prometheus's pod
-discovery and labels, and the observer's queries.
+The children come from batchop.render (not the operator), so this checks the stack's own
+parts: the pod runner's kubelet role (readiness, restarts, stop on delete), the PodMonitor
+read by the real Prometheus Operator, Prometheus's pod discovery and labels, and the
+observer's queries.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def deployed(cluster: Any, stack: Any) -> Any:
         max_queue_delay_us=1000,
     )
     cluster.kubectl("create", "namespace", NAMESPACE)
-    children = render_children(bm, RenderOptions(pod_monitor=False))
+    children = render_children(bm, RenderOptions(scrape_interval="5s"))
+    assert any(child["kind"] == "PodMonitor" for child in children)
     cluster.kubectl(
         "apply",
         "-f",
@@ -110,6 +113,9 @@ def test_prometheus_scrapes_pods_and_observer_sees_load(
 
     targets = wait_for(scraped, "Prometheus scraping both pods", 60)
     for t in targets:
+        # The job the Prometheus Operator made of the PodMonitor, scraping at its interval.
+        assert t["scrapePool"].startswith(f"podMonitor/{NAMESPACE}/"), t["scrapePool"]
+        assert t["scrapeInterval"] == "5s"
         assert t["labels"]["namespace"] == NAMESPACE
         assert t["labels"]["pod"].startswith(NAME)
         assert t["labels"]["container"] == "tritonserver"

@@ -28,6 +28,7 @@ def test_flags_are_parsed() -> None:
             "--prometheus-url", "http://127.0.0.1:9090", "--default-image", "triton:local",
             "--liveness", "http://127.0.0.1:18080/healthz", "--metrics-address", "127.0.0.1:0",
             "--log-format", "plain", "--workers", "3", "-v", "--rate-window", "20s",
+            "--scrape-interval", "5s",
         ),
         {},
     )  # fmt: skip
@@ -38,7 +39,7 @@ def test_flags_are_parsed() -> None:
     assert s.liveness == "http://127.0.0.1:18080/healthz"
     assert s.metrics_address == ("127.0.0.1", 0)
     assert (s.log_format, s.workers, s.verbose) == ("plain", 3, True)
-    assert s.rate_window == "20s"
+    assert s.rate_window == "20s" and s.scrape_interval == "5s"
 
 
 def test_environment_fills_in_and_flags_win() -> None:
@@ -50,12 +51,13 @@ def test_environment_fills_in_and_flags_win() -> None:
         "BATCHOP_METRICS_ADDRESS": ":9100",
         "BATCHOP_WORKERS": "16",
         "BATCHOP_RATE_WINDOW": "2m",
+        "BATCHOP_SCRAPE_INTERVAL": "30s",
     }
     s = parse_settings(flags(), env)
     assert s.namespaces == ("a", "b")
     assert s.pod_monitor is False and s.liveness is None
     assert s.metrics_address == ("0.0.0.0", 9100) and s.workers == 16
-    assert s.rate_window == "2m"
+    assert s.rate_window == "2m" and s.scrape_interval == "30s"
     s = parse_settings(flags("--pod-monitor", "-n", "c", "--workers", "2"), env)
     assert s.pod_monitor is True and s.namespaces == ("c",) and s.workers == 2
 
@@ -75,6 +77,8 @@ def test_environment_fills_in_and_flags_win() -> None:
         (["--workers", "many"], {}, ["--workers", "whole number"]),
         (["--rate-window", "5s"], {}, ["--rate-window", "between 10s and 10m"]),
         ([], {"BATCHOP_RATE_WINDOW": "1d"}, ["BATCHOP_RATE_WINDOW", "duration"]),
+        (["--scrape-interval", "0s"], {}, ["--scrape-interval", "between 1s and 5m"]),
+        ([], {"BATCHOP_SCRAPE_INTERVAL": "10m"}, ["BATCHOP_SCRAPE_INTERVAL", "between"]),
         ([], {"BATCHOP_WORKERS": "0"}, ["BATCHOP_WORKERS", "between"]),
         ([], {"BATCHOP_LOG_FORMAT": "xml"}, ["BATCHOP_LOG_FORMAT", "json"]),
         ([], {"BATCHOP_DEFAULT_IMAGE": "triton server"}, ["BATCHOP_DEFAULT_IMAGE", "spaces"]),
@@ -114,3 +118,12 @@ def test_unusable_kubeconfig_is_a_clear_error(
     assert main(["run", "--kubeconfig", str(empty), "--liveness", "off"]) == 2
     err = capsys.readouterr().err
     assert "cannot configure the Kubernetes client" in err and str(empty) in err
+
+
+def test_the_scrape_interval_reaches_the_pod_monitors_batchop_renders() -> None:
+    """The PodMonitor asks what `--scrape-interval` says (the local stack scrapes every 5 s)."""
+    from batchop.controller.reconcile import render_options
+
+    assert render_options(parse_settings(flags(), {})).scrape_interval == "15s"
+    options = render_options(parse_settings(flags("--scrape-interval", "5s"), {}))
+    assert options.scrape_interval == "5s" and options.pod_monitor is True

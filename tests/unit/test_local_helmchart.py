@@ -41,7 +41,8 @@ def test_local_values_render_the_local_image_never_pulled_and_the_stacks_prometh
     env: dict[str, Any] = {e["name"]: e.get("value") for e in container["env"]}
     assert env["BATCHOP_PROMETHEUS_URL"] == "http://127.0.0.1:39049"
     assert env["BATCHOP_RATE_WINDOW"] == "20s"
-    assert env["BATCHOP_POD_MONITOR"] == "false"
+    assert env["BATCHOP_POD_MONITOR"] == "true"
+    assert env["BATCHOP_SCRAPE_INTERVAL"] == "5s"
 
 
 def test_an_image_not_built_by_make_image_is_refused() -> None:

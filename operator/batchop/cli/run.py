@@ -63,6 +63,12 @@ def register(subparsers: Any) -> None:
         help=f"create a PodMonitor per model (default on; env {env['pod_monitor']})",
     )
     p.add_argument(
+        "--scrape-interval",
+        metavar="DURATION",
+        help="how often the PodMonitors have Prometheus scrape Triton (default 15s; keep the "
+        f"rate window >= ~4 of them; env {env['scrape_interval']})",
+    )
+    p.add_argument(
         "--liveness",
         metavar="URL",
         help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz, or 'off' "

@@ -131,10 +131,13 @@ def render_options(settings: Any) -> Any:
     from batchop.render import RenderOptions
 
     image = getattr(settings, "default_image", None)
-    pod_monitor = bool(getattr(settings, "pod_monitor", True))
+    chosen: dict[str, Any] = {"pod_monitor": bool(getattr(settings, "pod_monitor", True))}
     if image:
-        return RenderOptions(default_image=image, pod_monitor=pod_monitor)
-    return RenderOptions(pod_monitor=pod_monitor)
+        chosen["default_image"] = image
+    interval = getattr(settings, "scrape_interval", None)
+    if interval:
+        chosen["scrape_interval"] = interval
+    return RenderOptions(**chosen)
 
 
 # What the operator keeps of a BatchedModel's metadata. Not the annotations: an earlier

@@ -20,6 +20,9 @@ DEFAULT_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 DEFAULT_RATE_WINDOW = "1m"
 MIN_RATE_WINDOW_S, MAX_RATE_WINDOW_S = 10, 600
+# How often the PodMonitors batchop creates ask Prometheus to scrape the Triton pods.
+DEFAULT_SCRAPE_INTERVAL = "15s"
+MIN_SCRAPE_INTERVAL_S, MAX_SCRAPE_INTERVAL_S = 1, 300
 _DURATION = re.compile(r"^([1-9][0-9]{0,4})([smh])$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
 # The same port as batchop.metrics.DEFAULT_PORT (the chart scrapes it there).
@@ -55,6 +58,7 @@ SOURCES: dict[str, Source] = {
         Source("prometheus_url", "--prometheus-url", "BATCHOP_PROMETHEUS_URL"),
         Source("rate_window", "--rate-window", "BATCHOP_RATE_WINDOW"),
         Source("pod_monitor", "--pod-monitor", "BATCHOP_POD_MONITOR"),
+        Source("scrape_interval", "--scrape-interval", "BATCHOP_SCRAPE_INTERVAL"),
         Source("liveness", "--liveness", "BATCHOP_LIVENESS"),
         Source("metrics_address", "--metrics-address", "BATCHOP_METRICS_ADDRESS"),
         Source("log_format", "--log-format", "BATCHOP_LOG_FORMAT"),
@@ -84,6 +88,7 @@ class Settings:
     # 15 s); shorter reacts sooner to a step in load, longer is smoother.
     rate_window: str = DEFAULT_RATE_WINDOW
     pod_monitor: bool = True
+    scrape_interval: str = DEFAULT_SCRAPE_INTERVAL  # the PodMonitors' interval
     liveness: str | None = DEFAULT_LIVENESS  # None: no liveness endpoint
     metrics_address: tuple[str, int] | None = DEFAULT_METRICS_ADDRESS  # None: no /metrics
     log_format: str = "json"
@@ -166,15 +171,19 @@ def _image(raw: str, where: str) -> str:
     return image
 
 
-def _rate_window(raw: str, where: str) -> str:
+def _duration(raw: str, where: str, low_s: int, high_s: int, example: str) -> str:
     match = _DURATION.match(raw.strip())
     seconds = int(match[1]) * _DURATION_UNITS[match[2]] if match else 0
-    if not MIN_RATE_WINDOW_S <= seconds <= MAX_RATE_WINDOW_S:
+    if not low_s <= seconds <= high_s:
         raise SettingsError(
             f"{where}={raw!r}: must be a Prometheus duration of whole seconds, minutes or hours "
-            f"between {MIN_RATE_WINDOW_S}s and {MAX_RATE_WINDOW_S // 60}m, e.g. 30s or 1m"
+            f"between {low_s}s and {high_s // 60}m, e.g. {example}"
         )
     return raw.strip()
+
+
+def _rate_window(raw: str, where: str) -> str:
+    return _duration(raw, where, MIN_RATE_WINDOW_S, MAX_RATE_WINDOW_S, "30s or 1m")
 
 
 def parse_settings(flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Settings:
@@ -221,6 +230,16 @@ def parse_settings(flags: Mapping[str, Any], env: Mapping[str, str] | None = Non
     got = _pick("pod_monitor", flags, env)
     if got is not None:
         values["pod_monitor"] = _bool(got[0], _where("pod_monitor", got[1]))
+
+    got = _pick("scrape_interval", flags, env)
+    if got is not None:
+        values["scrape_interval"] = _duration(
+            str(got[0]),
+            _where("scrape_interval", got[1]),
+            MIN_SCRAPE_INTERVAL_S,
+            MAX_SCRAPE_INTERVAL_S,
+            "5s or 15s",
+        )
 
     got = _pick("liveness", flags, env)
     if got is not None:

@@ -2,10 +2,10 @@
 
 `bench/chaos.py` runs it (15 min) and writes the result file.
 
-A local cluster of its own (probes readiness), the local stack (Prometheus, a real
-tritonserver per pod), two `batchop run --leader-elect`, and the cpu-demo BatchedModel as the
-demo runs it (kept at two replicas or more), replaying azure-code for `--minutes`. At known
-times, one after the other:
+A local cluster of its own (probes readiness), the local stack (the Prometheus Operator and
+the Prometheus it configures, a real tritonserver per pod), two `batchop run --leader-elect`,
+and the cpu-demo BatchedModel as the demo runs it (kept at two replicas or more), replaying
+azure-code for `--minutes`. At known times, one after the other:
 
 - a Triton pod's server SIGKILLed (the pod runner restarts it, as a kubelet would);
 - the leader operator SIGKILLed (a new standby is started, as its Deployment would);
@@ -13,10 +13,11 @@ times, one after the other:
 - kube-apiserver restarted (stopped and started with its own command line);
 - a KWOK node deleted, and its pods force-deleted with it, as the controller manager's pod GC
   does once the node is gone (here only after a 40 s quarantine, long after the fault's known
-  time); their servers stop, the Deployment replaces them on the other node.
+  time); their servers stop, the Deployment replaces them on the other node;
+- the Prometheus Operator restarted (Prometheus scrapes on; the operator writes its
+  configuration again).
 
-The Prometheus Operator is not part of the local stack yet (issue 25), so its restart is
-reported as not run. For each fault, over the time until the next: requests that failed
+For each fault, over the time until the next: requests that failed
 (not counting the overload guard's refusals, reported apart; for a killed pod, and the pods
 of the deleted node, the ones in flight when their server went down apart from the rest),
 the seconds until every 5 s window again has its p99 within the SLO and no failure, when
@@ -46,16 +47,13 @@ WINDOW_S = 5.0  # the windows p99 is judged over after a fault
 SAMPLE_S = 2.0  # how often status, children and the operators are read
 # When each fault comes, as a share of the run (the first after the model has settled).
 FAULTS = (
-    (0.12, "triton-pod-killed"),
-    (0.27, "leader-operator-killed"),
-    (0.42, "prometheus-restarted"),
-    (0.57, "apiserver-restarted"),
-    (0.72, "node-deleted"),
+    (0.10, "triton-pod-killed"),
+    (0.23, "leader-operator-killed"),
+    (0.36, "prometheus-restarted"),
+    (0.49, "apiserver-restarted"),
+    (0.62, "node-deleted"),
+    (0.75, "prometheus-operator-restarted"),
 )
-NOT_RUN = {
-    "prometheus-operator-restarted": "the local stack does not run the Prometheus Operator yet "
-    "(issue 25: e2e/test_prometheus_operator.py runs it on a cluster of its own)"
-}
 TRACE_START_S = 1060.0  # azure-code from the demo's slice on, at a rate the generator sustains
 TRACE_SCALE = 0.01
 # The demo's BatchedModel, kept at two replicas or more as a model that must survive a pod's
@@ -209,7 +207,6 @@ def judge(
     rss = rss_growth(samples, standby, 300.0)
     return {
         "faults": rows,
-        "not_run": dict(NOT_RUN),
         "decisions": decisions,
         "tuned_events": tuned_events,
         "applied_twice": max(0, tuned_events - decisions),
@@ -250,8 +247,6 @@ def markdown(prov: str, result: dict[str, Any], setup: str) -> str:
             f"| {r['name']} | {r['t']:.0f} | {r['requests']:,} | {r['failed']}{in_flight} | "
             f"{r['refused']} | {r['recovered_s']:.0f} | {sec(r['reconciled_s'])} |"
         )
-    for name, why in result["not_run"].items():
-        lines.append(f"| {name} | not run: {why} | | | | | |")
     t, rss = result["targets"], result["rss"]
     growth = "-" if rss["growth"] is None else f"{rss['growth']:+.1%}"
     lines += [
@@ -414,8 +409,10 @@ class Run:
             fault["operator"] = leader
             self._launch("c")  # the replacement a Deployment would start
         elif name == "prometheus-restarted":
-            self.stack.prometheus.stop()
-            self.stack.prometheus.start()
+            self.stack.prometheus.restart_server()
+        elif name == "prometheus-operator-restarted":
+            # Prometheus scrapes on through it; the operator, back, writes its config again.
+            self.stack.prometheus.restart_operator()
         elif name == "apiserver-restarted":
             fault["down_s"] = round(self.cluster.restart_component("kube-apiserver"), 1)
         elif name == "node-deleted":

@@ -45,8 +45,8 @@ def local_values(
     extra: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """`--set` values for the local stack: this image, never pulled; the stack's Prometheus
-    (rate window ~4 scrapes); no PodMonitors (the local cluster has no Prometheus Operator:
-    the stack's Prometheus discovers Triton pods itself)."""
+    (rate window ~4 scrapes); a PodMonitor per model at the stack's scrape interval, which
+    the stack's Prometheus Operator turns into the Prometheus's scrape jobs."""
     repository, _, tag = image.tag.rpartition(":")
     if repository != IMAGE or not tag:
         raise HelmError(f"image {image.tag!r} is not a {IMAGE}:<tag> built by make image")
@@ -56,7 +56,8 @@ def local_values(
         "image.pullPolicy": "Never",
         "prometheus.url": prometheus_url,
         "prometheus.rateWindow": f"{max(10, round(4 * scrape_interval_s))}s",
-        "podMonitorPerModel": "false",
+        "podMonitorPerModel": "true",
+        "podMonitorInterval": f"{scrape_interval_s:g}s",
         "logFormat": "plain",
         **(extra or {}),
     }

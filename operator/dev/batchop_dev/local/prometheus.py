@@ -422,6 +422,18 @@ class PrometheusServer:
         partial.replace(path)
         return path
 
+    def reconfigure(self, config: Mapping[str, Any]) -> None:
+        """Run on `config` (with `extra_jobs` after its jobs) from now on: a live reload."""
+        self.config = dict(config)
+        self._write_config()
+        self.reload()
+
+    def reload(self) -> None:
+        request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            if resp.status != 200:
+                raise PrometheusError(f"prometheus reload answered {resp.status}")
+
     def add_service_monitor(self, monitor: dict[str, Any], service: dict[str, Any]) -> list[str]:
         """Scrape what a ServiceMonitor selects (batchop_dev.local.servicemonitor), as the
         Prometheus Operator would configure it; live (config reload). Returns the job names."""
@@ -456,10 +468,7 @@ class PrometheusServer:
         jobs = service_monitor_jobs(monitor, service, sd)
         self.extra_jobs += jobs
         self._write_config()
-        request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            if resp.status != 200:
-                raise PrometheusError(f"prometheus reload answered {resp.status}")
+        self.reload()
         return [job["job_name"] for job in jobs]
 
     def _wait_ready(self, timeout_s: float) -> None:

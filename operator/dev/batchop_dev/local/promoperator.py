@@ -11,8 +11,7 @@ local cluster: a first stage of replacing the hand translation of monitors (issu
   certificate files), so the generated configuration runs as it is outside the cluster.
 - Prometheus 3 runs such a configuration as `PrometheusServer(None, binary=..., config=...)`.
 
-The default local stack (Debian's Prometheus 2, file_sd, batchop_dev.local.prometheus) does
-not use any of this yet.
+batchop_dev.local.monitoring puts these together as the local stack's monitoring.
 """
 
 from __future__ import annotations
@@ -79,9 +78,11 @@ def prometheus_resource(
     pod_monitor_labels: Mapping[str, str],
     version: str,
     scrape_interval: str = "5s",
+    every_namespace: bool = False,
 ) -> dict[str, Any]:
-    """A `Prometheus` selecting the PodMonitors (in its namespace) that carry these labels."""
-    return {
+    """A `Prometheus` selecting the PodMonitors (in its namespace, or in `every_namespace`)
+    that carry these labels (no labels: every PodMonitor)."""
+    resource: dict[str, Any] = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "Prometheus",
         "metadata": {"name": name, "namespace": namespace},
@@ -100,6 +101,9 @@ def prometheus_resource(
             },
         },
     }
+    if every_namespace:
+        resource["spec"]["podMonitorNamespaceSelector"] = {}
+    return resource
 
 
 def config_bytes(secret: Mapping[str, Any]) -> bytes:
@@ -177,7 +181,8 @@ def _wait_http(
 
 
 class PrometheusOperator:
-    """cmd/operator against a local cluster, scoped to `namespaces`; a context manager."""
+    """cmd/operator against a local cluster, scoped to `namespaces` (none: every namespace);
+    a context manager."""
 
     def __init__(
         self, binary: Path, kubeconfig: Path, namespaces: list[str], workdir: Path
@@ -200,7 +205,7 @@ class PrometheusOperator:
             f"--ca-file={self.access.ca_file}",
             f"--cert-file={self.access.cert_file}",
             f"--key-file={self.access.key_file}",
-            f"--namespaces={','.join(self.namespaces)}",
+            *([f"--namespaces={','.join(self.namespaces)}"] if self.namespaces else []),
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--log-level=info",
         ]

@@ -1,19 +1,20 @@
 """A Prometheus scrape job generated from a ServiceMonitor, as the Prometheus Operator would.
 
-The local stack has no Prometheus Operator; to scrape the operator's /metrics the way a
-cluster does, the chart's own rendered ServiceMonitor (and the Service it selects) become a
-scrape job: same path, interval, timeout, honorLabels, relabelings, and the labels the
-Prometheus Operator gives every target (namespace, pod, container, service, endpoint, job).
-Where it uses endpoints discovery, this uses pod discovery restricted to the pods the
-Service selects, on the container port the Service port targets: the same targets (the local
-cluster's Endpoints reject the pods' loopback addresses), and a Debian Prometheus without
-kubernetes_sd can get them from file_sd (batchop_dev.local.prometheus).
+The local stack's real Prometheus Operator turns a ServiceMonitor into a job with endpoints
+discovery, which finds nothing here: the local cluster's Endpoints reject the pods' loopback
+addresses. So, to scrape the operator's /metrics the way a cluster does, the chart's own
+rendered ServiceMonitor (and the Service it selects) become a job by hand: same path,
+interval, timeout, honorLabels, relabelings, and the labels the Prometheus Operator gives
+every target (namespace, pod, container, service, endpoint, job), with pod discovery
+restricted to the pods the Service selects, on the container port the Service port targets.
+e2e/test_prometheus_operator.py compares this job with the one the real operator writes.
 Pure.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
@@ -146,3 +147,19 @@ def service_monitor_jobs(
             job["metric_relabel_configs"] = [_relabel(r) for r in endpoint["metricRelabelings"]]
         jobs.append(job)
     return jobs
+
+
+def pod_discovery(kubeconfig: Path, service: dict[str, Any]) -> dict[str, Any]:
+    """Kubernetes pod discovery of the pods `service` selects, through `kubeconfig`."""
+    selector = ",".join(
+        f"{k}={v}" for k, v in sorted(((service.get("spec") or {}).get("selector") or {}).items())
+    )
+    return {
+        "kubernetes_sd_configs": [
+            {
+                "role": "pod",
+                "kubeconfig_file": str(Path(kubeconfig).resolve()),
+                "selectors": [{"role": "pod", "label": selector}],
+            }
+        ]
+    }

@@ -1,8 +1,10 @@
-"""The local stack around a running local cluster: Prometheus, the pod runner, the operator.
+"""The local stack around a running local cluster: monitoring, the pod runner, the operator.
 
 One object starts and stops them together so the demo and the e2e fixture share the exact
-same wiring: Prometheus discovers the cluster's BatchedModel pods, the pod runner runs a real
-tritonserver per pod, and (optionally) `batchop run` runs as a subprocess pointed at both.
+same wiring: the real Prometheus Operator has a Prometheus 3 scrape the pods of every
+PodMonitor (batchop_dev.local.monitoring), the pod runner runs a real tritonserver per pod,
+and (optionally) `batchop run` runs as a subprocess pointed at both, creating a PodMonitor
+per model as it does in a cluster.
 Every listener is on 127.0.0.1 with a free port, so several stacks can run side by side.
 """
 
@@ -20,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from batchop_dev.local.monitoring import OperatedPrometheus
 from batchop_dev.local.podrunner import PodRunner
 from batchop_dev.local.processes import stop_group
-from batchop_dev.local.prometheus import PrometheusServer, free_port
+from batchop_dev.local.prometheus import free_port
 
 
 class StackError(RuntimeError):
@@ -69,12 +72,12 @@ class LocalStack:
         self.repository_dir = self.workdir / "models"
         self.repository_dir.mkdir(exist_ok=True)
         self.say = say or (lambda m: print(m, file=sys.stderr, flush=True))
-        self.prometheus = PrometheusServer(
+        self.prometheus = OperatedPrometheus(
             self.kubeconfig,
             scrape_interval_s=scrape_interval_s,
-            workdir=self.workdir / "prometheus",
+            workdir=self.workdir / "monitoring",
+            say=self.say,
         )
-        self.prometheus.workdir.mkdir(exist_ok=True)
         self.runner = PodRunner(
             self.kubeconfig, repository_map=repository_map, log_dir=self.workdir / "triton"
         )
@@ -130,7 +133,9 @@ class LocalStack:
             # ~4 scrapes: the stack scrapes every few seconds, so steps show within seconds.
             "--rate-window",
             f"{max(10, round(4 * self.prometheus.scrape_interval_s))}s",
-            "--no-pod-monitor",
+            # The PodMonitors batchop creates ask for the stack's scrape interval.
+            "--scrape-interval",
+            f"{self.prometheus.scrape_interval_s:g}s",
             "--metrics-address",
             f"127.0.0.1:{metrics_port}",
             "--liveness",
