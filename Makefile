@@ -63,7 +63,7 @@ dashboard: install
 image: install
 	$(BIN)/python -m batchop_dev.image --check
 
-demo: install cluster-binaries
+demo: install cluster-binaries monitoring-binaries
 	$(BIN)/batchop demo --report reports/demo
 
 bench: install

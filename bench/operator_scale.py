@@ -283,7 +283,7 @@ def run_one(
     models = [(ns, name) for name in names]
     exporter = SyntheticTritonExporter()
     prom = PrometheusServer(
-        None, scrape_interval_s=scrape_interval, static_targets=exporter.targets(models)
+        scrape_interval_s=scrape_interval, static_targets=exporter.targets(models)
     )
     try:
         prom.start()

@@ -64,7 +64,6 @@ def operator_prometheus(stack: Any, tmp_path_factory: pytest.TempPathFactory) ->
         stack.start_operator()
     target = urllib.parse.urlsplit(stack.operator_metrics_url).netloc
     prom = PrometheusServer(
-        None,
         scrape_interval_s=5.0,
         workdir=tmp_path_factory.mktemp("operator-prometheus"),
         static_targets=[(target, {"job": "batchop-operator"})],

@@ -32,9 +32,7 @@ def test_observer_reads_real_triton_metrics(tmp_path: Path) -> None:
     labels = {"namespace": "team", BM_LABEL: "demo", "pod": "demo-0"}
     with (
         TritonProcess(tmp_path / "repo", address, load_models=["demo"]) as triton,
-        PrometheusServer(
-            None, static_targets=[(f"{address}:8002", labels)], scrape_interval_s=1
-        ) as prom,
+        PrometheusServer(static_targets=[(f"{address}:8002", labels)], scrape_interval_s=1) as prom,
     ):
         observer = PrometheusObserver(prom.url, window="10s")
         report = asyncio.run(

@@ -526,11 +526,9 @@ def test_notes_say_where_things_are(helm: str) -> None:
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    from batchop_dev.local.prometheus import ensure_binary
+    from batchop_dev.local.prometheus import ensure_promtool
 
-    path = ensure_binary().parent / "promtool"
-    assert path.is_file(), f"no promtool beside {path.parent / 'prometheus'}"
-    return str(path)
+    return str(ensure_promtool())
 
 
 def _rule_group(helm: str) -> dict[str, Any]:

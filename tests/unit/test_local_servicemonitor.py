@@ -11,8 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
-from batchop_dev.local.prometheus import find_binary
-from batchop_dev.local.servicemonitor import ServiceMonitorError, selects, service_monitor_jobs
+from batchop_dev.local.prometheus import find_promtool
+from batchop_dev.local.servicemonitor import (
+    ServiceMonitorError,
+    pod_discovery,
+    selects,
+    service_monitor_jobs,
+)
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "batchop"
 SD = {"file_sd_configs": [{"files": ["/tmp/pods.json"]}]}
@@ -66,8 +71,8 @@ def test_the_charts_servicemonitor_becomes_a_job_with_its_honor_labels(
     assert keeps["__meta_kubernetes_pod_container_port_name"] == "metrics"
     targets = {r["target_label"]: r.get("replacement") for r in rules if "target_label" in r}
     assert targets["job"] == targets["service"] == "rel-batchop-metrics"
-    promtool = (find_binary() or Path("/nonexistent")).parent / "promtool"
-    if not promtool.is_file():
+    promtool = find_promtool()
+    if promtool is None:
         pytest.skip("promtool not installed (make install unpacks Debian's prometheus)")
     config = tmp_path / "prometheus.yml"
     (tmp_path / "pods.json").write_text("[]")
@@ -113,3 +118,14 @@ def test_label_selectors() -> None:
     assert not selects(
         {"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, labels
     )
+
+
+def test_pod_discovery_selects_the_services_pods_through_the_kubeconfig(
+    rendered: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    service = rendered["Service"]
+    (sd,) = pod_discovery(tmp_path / "kubeconfig", service)["kubernetes_sd_configs"]
+    assert sd["role"] == "pod" and sd["kubeconfig_file"] == str(tmp_path / "kubeconfig")
+    (selector,) = sd["selectors"]
+    wanted = sorted(service["spec"]["selector"].items())
+    assert selector == {"role": "pod", "label": ",".join(f"{k}={v}" for k, v in wanted)}

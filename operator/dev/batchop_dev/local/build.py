@@ -405,7 +405,7 @@ def ensure_monitoring_binaries(
 ) -> MonitoringBinaries:
     """The Prometheus Operator (with its CRDs) and Prometheus 3, built when missing.
 
-    Not part of `ensure_binaries`: the default local stack does not use them yet.
+    Not part of `ensure_binaries`: the control plane alone (integration tests) needs none.
     """
     say = progress or (lambda message: print(message, file=sys.stderr, flush=True))
     where = root or cache_root()

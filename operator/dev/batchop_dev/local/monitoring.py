@@ -101,7 +101,6 @@ class OperatedPrometheus:
             self._kubectl_apply(self._resource())
             config = self._wait_config(timeout_s)
             self.server = PrometheusServer(
-                None,
                 binary=self.binaries.prometheus,
                 config=config,
                 port=self.port,
@@ -177,7 +176,7 @@ class OperatedPrometheus:
             raise PrometheusError("add_service_monitor needs the stack's Prometheus running")
         jobs = service_monitor_jobs(monitor, service, pod_discovery(self.kubeconfig, service))
         self.extra_jobs += jobs
-        self.server.reconfigure(self.server.config or {})
+        self.server.reconfigure(self.server.config)
         return [job["job_name"] for job in jobs]
 
     # --- the operator's configuration, delivered as a pod would get it --------------------

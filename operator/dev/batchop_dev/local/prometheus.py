@@ -1,14 +1,14 @@
-"""A real Prometheus for the local stack: discovers Triton pods through the local API server.
+"""A Prometheus server process for the local stack and the tests, and Debian's promtool.
 
-Why Debian's build (2.42): it is one `apt-get download` away on every machine this project
-runs on, a 19 MB static binary, where building github.com/prometheus/prometheus from Go modules
-takes many minutes on two cores. We never `apt-get install` it (that would start Debian's
-service on :9090); we unpack the .deb into the venv (`<venv>/opt/prometheus`) and run our own
-instance, with our own config, a temporary data dir and a free loopback port.
+The server is the Prometheus 3 built from Go modules (`make monitoring-binaries`,
+batchop_dev.local.build), on a configuration given whole (the stack's: what the real
+Prometheus Operator generates, batchop_dev.local.monitoring) or on fixed targets, for tests
+that run Triton or the operator without a cluster. Every instance has its own config, data
+dir and free loopback port.
 
-The scrape config reproduces what the chart's PodMonitor gives in a real cluster: one target
-per Triton pod on its metrics port, labelled `namespace`, `pod`, `container` and
-`batchedmodel` (from the pod label `batchop.io/batchedmodel`).
+promtool, for the unit tests that check the chart's rules and generated jobs, is still
+Debian's (2.42): one `apt-get download` away, unpacked into the venv
+(`<venv>/opt/prometheus`), never installed as a service, where the Go build has no promtool.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -30,7 +29,6 @@ from typing import Any
 
 import yaml
 
-from batchop.observe.prometheus import BM_LABEL, POD_LABEL
 from batchop_dev.local.processes import stop_group
 
 JOB_NAME = "batchop-triton"
@@ -43,79 +41,15 @@ class PrometheusError(RuntimeError):
     """Prometheus could not be installed or started; the message says what to do."""
 
 
-def _meta_label(label: str) -> str:
-    """The kubernetes_sd meta label for a pod label (non-alphanumerics become `_`)."""
-    return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in label)
-
-
-def _pods_job(
-    kubeconfig: Path | str, interval: str, timeout: str, port: int, sd_file: Path | None
-) -> dict[str, Any]:
-    bm_meta = _meta_label(POD_LABEL)
-    address_labels = ["__meta_kubernetes_pod_ip", "__meta_kubernetes_pod_container_port_number"]
-    port_labels = [
-        "__meta_kubernetes_pod_container_port_name",
-        "__meta_kubernetes_pod_container_port_number",
-    ]
-    return {
-        "job_name": JOB_NAME,
-        "scrape_interval": interval,
-        "scrape_timeout": timeout,
-        **(
-            {
-                "kubernetes_sd_configs": [
-                    {"role": "pod", "kubeconfig_file": str(Path(kubeconfig).resolve())}
-                ]
-            }
-            if sd_file is None
-            else {"file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": interval}]}
-        ),
-        "relabel_configs": [
-            {"source_labels": [bm_meta], "regex": ".+", "action": "keep"},
-            {"source_labels": ["__meta_kubernetes_pod_ip"], "regex": ".+", "action": "keep"},
-            {"source_labels": port_labels, "regex": f"metrics;.*|.*;{port}|;", "action": "keep"},
-            # A container without declared ports: scrape the default metrics port.
-            {
-                "source_labels": address_labels,
-                "regex": "(.+);",
-                "replacement": f"$1:{port}",
-                "target_label": "__address__",
-            },
-            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-            {
-                "source_labels": ["__meta_kubernetes_pod_container_name"],
-                "target_label": "container",
-            },
-            {"source_labels": [bm_meta], "target_label": BM_LABEL},
-        ],
-    }
-
-
 def render_config(
-    kubeconfig: Path | str | None,
-    *,
-    scrape_interval_s: float = 5.0,
-    metrics_port: int = METRICS_PORT,
-    static_targets: list[tuple[str, dict[str, str]]] | None = None,
-    sd_file: Path | None = None,
+    static_targets: list[tuple[str, dict[str, str]]], *, scrape_interval_s: float = 5.0
 ) -> dict[str, Any]:
-    """The Prometheus config (as a dict) that scrapes every BatchedModel pod's Triton metrics.
-
-    Pure. Targets: pods carrying the BatchedModel label, on the container port named
-    `metrics` or numbered `metrics_port`; a container that declares no port is scraped on
-    `metrics_port`. Without a kubeconfig there is no pod discovery. `static_targets`
-    ((host:port, labels) pairs) adds a job scraping fixed addresses, for tests that run Triton
-    without a cluster. With `sd_file`, pods come from that file_sd file (written by
-    `FileDiscovery` with the same meta labels) instead of kubernetes_sd_configs.
-    """
+    """A config scraping fixed addresses ((host:port, labels) pairs) in one job. Pure."""
     interval = f"{scrape_interval_s:g}s"
     timeout = f"{max(1.0, scrape_interval_s * 0.8):g}s"
-    jobs: list[dict[str, Any]] = []
-    if kubeconfig is not None:
-        jobs.append(_pods_job(kubeconfig, interval, timeout, metrics_port, sd_file))
-    if static_targets:
-        jobs.append(
+    return {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "scrape_configs": [
             {
                 "job_name": f"{JOB_NAME}-static",
                 "scrape_interval": interval,
@@ -124,29 +58,36 @@ def render_config(
                     {"targets": [addr], "labels": dict(labels)} for addr, labels in static_targets
                 ],
             }
-        )
-    return {
-        "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "scrape_configs": jobs,
+        ],
     }
 
 
-# --------------------------------------------------------------------------- install
+# --------------------------------------------------------------------------- binaries
+
+
+def server_binary() -> Path:
+    """$BATCHOP_PROMETHEUS, else the Prometheus 3 of `make monitoring-binaries` (built here
+    when missing, with progress)."""
+    env = os.environ.get("BATCHOP_PROMETHEUS")
+    if env:
+        if not Path(env).is_file():
+            raise PrometheusError(f"BATCHOP_PROMETHEUS={env!r}: no such file")
+        return Path(env)
+    from batchop_dev.local import build
+
+    return build.ensure_monitoring_binaries().prometheus
 
 
 def _install_root() -> Path:
     return Path(sys.prefix) / "opt" / "prometheus"
 
 
-def find_binary() -> Path | None:
-    """$BATCHOP_PROMETHEUS, then the copy unpacked in the venv, then `prometheus` on PATH."""
-    env = os.environ.get("BATCHOP_PROMETHEUS")
-    if env:
-        return Path(env) if Path(env).is_file() else None
-    local = _install_root() / "usr" / "bin" / "prometheus"
+def find_promtool() -> Path | None:
+    """Debian's promtool unpacked in the venv, else `promtool` on PATH."""
+    local = _install_root() / "usr" / "bin" / "promtool"
     if local.is_file():
         return local
-    found = shutil.which("prometheus")
+    found = shutil.which("promtool")
     return Path(found) if found else None
 
 
@@ -154,19 +95,19 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
 
 
-def ensure_binary() -> Path:
-    """Return a Prometheus binary, unpacking Debian's package into the venv if needed.
+def ensure_promtool() -> Path:
+    """Return promtool, unpacking Debian's package into the venv if needed.
 
     Idempotent. Uses `apt-get download` (no service is installed or started) and
     `dpkg-deb -x`; runs `apt-get update` once if the package lists are missing.
     """
-    found = find_binary()
+    found = find_promtool()
     if found:
         return found
     if not (shutil.which("apt-get") and shutil.which("dpkg-deb")):
         raise PrometheusError(
-            "no Prometheus binary: install one on PATH or set BATCHOP_PROMETHEUS "
-            "(this helper unpacks Debian's `prometheus` package, which needs apt-get)"
+            "no promtool: install one on PATH (this helper unpacks Debian's `prometheus` "
+            "package, which needs apt-get)"
         )
     root = _install_root()
     with tempfile.TemporaryDirectory(prefix="batchop-prom-deb-") as tmp:
@@ -189,10 +130,10 @@ def ensure_binary() -> Path:
             shutil.rmtree(staging, ignore_errors=True)
         else:
             os.replace(staging, root)
-    binary = root / "usr" / "bin" / "prometheus"
-    if not binary.is_file():
-        raise PrometheusError(f"the {DEB_PACKAGE} package has no binary at {binary}")
-    return binary
+    promtool = root / "usr" / "bin" / "promtool"
+    if not promtool.is_file():
+        raise PrometheusError(f"the {DEB_PACKAGE} package has no promtool at {promtool}")
+    return promtool
 
 
 def _ensure_dir(path: Path) -> Path:
@@ -207,155 +148,44 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-# ------------------------------------------------------------------ file-based discovery
-
-
-def pod_targets(pod: dict[str, Any]) -> list[dict[str, Any]]:
-    """file_sd target groups for one pod, with the meta labels kubernetes_sd role=pod gives.
-
-    Pure. One target per declared container port (address podIP:port), one per container
-    without ports (address podIP); none for a pod without an IP.
-    """
-    meta, status, spec = pod.get("metadata", {}), pod.get("status", {}), pod.get("spec", {})
-    ip = status.get("podIP")
-    if not ip:
-        return []
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    common = {
-        "__meta_kubernetes_namespace": meta.get("namespace", ""),
-        "__meta_kubernetes_pod_name": meta.get("name", ""),
-        "__meta_kubernetes_pod_uid": meta.get("uid", ""),
-        "__meta_kubernetes_pod_ip": ip,
-        "__meta_kubernetes_pod_node_name": spec.get("nodeName", ""),
-        "__meta_kubernetes_pod_host_ip": status.get("hostIP", ""),
-        "__meta_kubernetes_pod_phase": status.get("phase", ""),
-        "__meta_kubernetes_pod_ready": "true" if ready else "false",
-    }
-    for key, value in (meta.get("labels") or {}).items():
-        common[_meta_label(key)] = value
-        common[_meta_label(key).replace("_label_", "_labelpresent_", 1)] = "true"
-    groups = []
-    for container in spec.get("containers") or []:
-        labels = dict(common, __meta_kubernetes_pod_container_name=container.get("name", ""))
-        ports = container.get("ports") or []
-        if not ports:
-            groups.append({"targets": [ip], "labels": labels})
-        for port in ports:
-            number = str(port.get("containerPort", ""))
-            groups.append(
-                {
-                    "targets": [f"{ip}:{number}"],
-                    "labels": dict(
-                        labels,
-                        __meta_kubernetes_pod_container_port_name=port.get("name", ""),
-                        __meta_kubernetes_pod_container_port_number=number,
-                        __meta_kubernetes_pod_container_port_protocol=port.get("protocol", "TCP"),
-                    ),
-                }
-            )
-    return groups
-
-
-def supports_kubernetes_sd(binary: Path) -> bool:
-    """Whether this Prometheus build has kubernetes_sd_configs (Debian's strips it out)."""
-    promtool = binary.parent / "promtool"
-    if not promtool.is_file():
-        return True
-    with tempfile.TemporaryDirectory(prefix="batchop-promcheck-") as tmp:
-        kubeconfig = Path(tmp) / "kubeconfig"
-        kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
-        config = Path(tmp) / "prometheus.yml"
-        config.write_text(yaml.safe_dump(render_config(kubeconfig)))
-        done = _run([str(promtool), "check", "config", str(config)], Path(tmp))
-    return done.returncode == 0
-
-
-class FileDiscovery:
-    """Writes the BatchedModel pods as a file_sd file, for Prometheus builds without k8s SD.
-
-    Watches pods through the API server (list + watch + resync) and rewrites the file
-    atomically on every change; Prometheus picks it up by inotify and `refresh_interval`.
-    """
-
-    def __init__(self, kubeconfig: Path, path: Path, label_selector: str = POD_LABEL) -> None:
-        self.kubeconfig = kubeconfig
-        self.path = path
-        self.label_selector = label_selector
-        self._watch: Any = None
-        self._lock = threading.Lock()
-
-    def start(self) -> FileDiscovery:
-        from kubernetes import config as kconfig
-
-        from batchop_dev.local.podwatch import PodWatch
-
-        self._write([])
-        api = kconfig.new_client_from_config(config_file=str(self.kubeconfig))
-        self._watch = PodWatch(api, self.label_selector, self._changed, resync_s=30.0).start()
-        self._changed()
-        return self
-
-    def _changed(self) -> None:
-        if self._watch is None:
-            return
-        groups = [g for pod in self._watch.pods.values() for g in pod_targets(pod)]
-        self._write(groups)
-
-    def _write(self, groups: list[dict[str, Any]]) -> None:
-        import json
-
-        with self._lock:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(groups, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
-
-    def stop(self) -> None:
-        watch, self._watch = self._watch, None
-        if watch is not None:
-            watch.stop()
-
-
 # --------------------------------------------------------------------------- server
 
 
 class PrometheusServer:
     """One Prometheus process with its own config and data dir; a context manager.
 
-    `url` is its HTTP API. Stopping kills the process and removes the temporary dir.
+    Give it `config` whole, or `static_targets` ((host:port, labels) pairs) to scrape.
+    `url` is its HTTP API. Stopping kills the process and removes the temporary dir; a
+    given `workdir` is kept, so a stop and a start keep the data.
     """
 
     def __init__(
         self,
-        kubeconfig: Path | str | None,
         *,
+        config: Mapping[str, Any] | None = None,
+        static_targets: list[tuple[str, dict[str, str]]] | None = None,
         scrape_interval_s: float = 5.0,
         host: str = "127.0.0.1",
         port: int | None = None,
         workdir: Path | None = None,
-        static_targets: list[tuple[str, dict[str, str]]] | None = None,
         binary: Path | None = None,
-        config: Mapping[str, Any] | None = None,
     ) -> None:
-        """`binary` and `config`: another Prometheus (the Prometheus 3 the Prometheus
-        Operator's tests build) on a configuration given whole (no discovery of our own)."""
-        self.kubeconfig = Path(kubeconfig) if kubeconfig is not None else None
+        if (config is None) == (static_targets is None):
+            raise PrometheusError("PrometheusServer: give exactly one of config, static_targets")
+        self.config = (
+            dict(config)
+            if config is not None
+            else render_config(static_targets or [], scrape_interval_s=scrape_interval_s)
+        )
         self.binary = binary
-        self.config = dict(config) if config is not None else None
-        self.static_targets = static_targets
         self.scrape_interval_s = scrape_interval_s
         self.host = host
         self.port = port or free_port(host)
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="batchop-prometheus-"))
         self.process: subprocess.Popen[bytes] | None = None
-        self.discovery: FileDiscovery | None = None
-        self.discovery_mode = "none"
-        self._sd_file: Path | None = None
+        # Jobs run after the config's own (the stack's hand-made ServiceMonitor job).
         self.extra_jobs: list[dict[str, Any]] = []
-        self._extra_discovery: list[FileDiscovery] = []
 
     @property
     def url(self) -> str:
@@ -366,18 +196,8 @@ class PrometheusServer:
         return self.workdir / "prometheus.log"
 
     def start(self, timeout_s: float = 60.0) -> PrometheusServer:
-        if self.kubeconfig is not None and not self.kubeconfig.is_file():
-            raise PrometheusError(f"kubeconfig {self.kubeconfig} does not exist")
-        binary = self.binary or ensure_binary()
+        binary = self.binary or server_binary()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        sd_file = None
-        if self.kubeconfig is not None and self.config is None:
-            self.discovery_mode = "kubernetes_sd"
-            if not supports_kubernetes_sd(binary):
-                self.discovery_mode = "file_sd"
-                sd_file = self.workdir / "pods.json"
-                self.discovery = FileDiscovery(self.kubeconfig, sd_file).start()
-        self._sd_file = sd_file
         config_path = self._write_config()
         data = _ensure_dir(self.workdir / "data")
         cmd = [
@@ -405,17 +225,8 @@ class PrometheusServer:
         return self
 
     def _write_config(self) -> Path:
-        if self.config is not None:
-            config = dict(self.config)
-            config["scrape_configs"] = [*(config.get("scrape_configs") or []), *self.extra_jobs]
-        else:
-            config = render_config(
-                self.kubeconfig,
-                scrape_interval_s=self.scrape_interval_s,
-                static_targets=self.static_targets,
-                sd_file=self._sd_file,
-            )
-            config["scrape_configs"] += self.extra_jobs
+        config = dict(self.config)
+        config["scrape_configs"] = [*(config.get("scrape_configs") or []), *self.extra_jobs]
         path = self.workdir / "prometheus.yml"
         partial = path.with_suffix(".yml.new")
         partial.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -426,50 +237,10 @@ class PrometheusServer:
         """Run on `config` (with `extra_jobs` after its jobs) from now on: a live reload."""
         self.config = dict(config)
         self._write_config()
-        self.reload()
-
-    def reload(self) -> None:
         request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
         with urllib.request.urlopen(request, timeout=30) as resp:
             if resp.status != 200:
                 raise PrometheusError(f"prometheus reload answered {resp.status}")
-
-    def add_service_monitor(self, monitor: dict[str, Any], service: dict[str, Any]) -> list[str]:
-        """Scrape what a ServiceMonitor selects (batchop_dev.local.servicemonitor), as the
-        Prometheus Operator would configure it; live (config reload). Returns the job names."""
-        from batchop_dev.local.servicemonitor import service_monitor_jobs
-
-        if self.kubeconfig is None or self.process is None:
-            raise PrometheusError("add_service_monitor needs a started server with a cluster")
-        selector = ",".join(
-            f"{k}={v}"
-            for k, v in sorted(((service.get("spec") or {}).get("selector") or {}).items())
-        )
-        if self.discovery_mode == "file_sd":
-            index = len(self._extra_discovery)
-            sd_file = self.workdir / f"servicemonitor-{index}.json"
-            self._extra_discovery.append(
-                FileDiscovery(self.kubeconfig, sd_file, label_selector=selector).start()
-            )
-            interval = f"{self.scrape_interval_s:g}s"
-            sd: dict[str, Any] = {
-                "file_sd_configs": [{"files": [str(sd_file)], "refresh_interval": interval}]
-            }
-        else:
-            sd = {
-                "kubernetes_sd_configs": [
-                    {
-                        "role": "pod",
-                        "kubeconfig_file": str(self.kubeconfig.resolve()),
-                        "selectors": [{"role": "pod", "label": selector}],
-                    }
-                ]
-            }
-        jobs = service_monitor_jobs(monitor, service, sd)
-        self.extra_jobs += jobs
-        self._write_config()
-        self.reload()
-        return [job["job_name"] for job in jobs]
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -506,12 +277,6 @@ class PrometheusServer:
     def stop(self) -> None:
         proc, self.process = self.process, None
         stop_group(proc)
-        discovery, self.discovery = self.discovery, None
-        if discovery is not None:
-            discovery.stop()
-        for extra in self._extra_discovery:
-            extra.stop()
-        self._extra_discovery = []
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -525,27 +290,11 @@ class PrometheusServer:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m batchop_dev.local.prometheus",
-        description="Install (idempotently) and optionally run the local stack's Prometheus.",
+        description="Install (idempotently) Debian's promtool for the tests that use it.",
     )
-    parser.add_argument("--install", action="store_true", help="only make sure it is installed")
-    parser.add_argument("--kubeconfig", help="run Prometheus against this cluster")
-    parser.add_argument("--port", type=int, default=None)
-    parser.add_argument("--scrape-interval", type=float, default=5.0)
-    args = parser.parse_args(argv)
-    if args.install or not args.kubeconfig:
-        print(ensure_binary())
-        return 0
-    server = PrometheusServer(
-        args.kubeconfig, port=args.port, scrape_interval_s=args.scrape_interval
-    ).start()
-    print(f"prometheus on {server.url} (logs: {server.log_path}); Ctrl-C stops it", flush=True)
-    try:
-        while server.process is not None and server.process.poll() is None:
-            time.sleep(1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    parser.add_argument("--install", action="store_true", help="make sure it is installed")
+    parser.parse_args(argv)
+    print(ensure_promtool())
     return 0
 
 

@@ -161,7 +161,7 @@ def load_pins() -> Pins:
 
 @dataclass(frozen=True)
 class MonitoringPins:
-    """The Prometheus Operator and the Prometheus server (not part of the default stack yet)."""
+    """The Prometheus Operator and the Prometheus server the local stack monitors with."""
 
     prometheus_operator: str  # e.g. v0.85.0
     prometheus: str  # Go module version, e.g. v0.316.0 (Prometheus 3.16.0)
