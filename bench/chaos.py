@@ -53,7 +53,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         got["end_s"],
         len(run.decision_times),
         got["tuned_events"],
-        "b",
     )
     setup = (
         f"{args.minutes:g} min of azure-code from second {TRACE_START_S:g} at x{TRACE_SCALE:g} "

@@ -50,7 +50,6 @@ def test_faults_under_traffic_lose_no_request_and_reconcile(pytestconfig: pytest
         got["end_s"],
         len(run.decision_times),
         got["tuned_events"],
-        "b",
     )
     rows = result["faults"]
     for row in rows:

@@ -93,10 +93,28 @@ def test_judge_reports_each_fault_and_the_targets() -> None:
         for t, kb in ((0.0, 100), (10.0, 100), (300.0, 100), (400.0, 104))
     ]
     faults = [{"name": "prometheus-restarted", "t": 5.0}, {"name": "node-deleted", "t": 20.0}]
-    got = chaos.judge(faults, samples, records, 50.0, 500.0, 3, 4, "b")
+    got = chaos.judge(faults, samples, records, 50.0, 500.0, 3, 4)
     assert [r["failed"] for r in got["faults"]] == [0, 1]
     assert got["faults"][1]["recovered_s"] == pytest.approx(5.0)
     assert got["applied_twice"] == 1 and got["targets"]["failed_beyond_in_flight"] == 1
-    assert got["rss"]["growth"] == pytest.approx(0.04) and got["targets"]["rss_growth_met"]
+    (rss,) = got["rss"]
+    assert rss["growth"] == pytest.approx(0.04) and got["targets"]["rss_growth_met"]
     text = chaos.markdown("- provenance", got, "setup")
     assert "| node-deleted | 20 |" in text and "1 applied twice" in text
+
+
+def test_rss_is_judged_from_five_minutes_into_the_role_an_operator_ends_in() -> None:
+    """b is a standby, then the leader from 200 s: it grows to a leader's working set, then
+    holds; judged from 500 s. c starts at 200 s as the new standby: judged from 500 s too.
+    a, killed at 200 s, is not judged."""
+    samples = []
+    for t in range(0, 1001, 50):
+        kb = {"b": 100 if t < 200 else (150 if t < 450 else 152), "c": 90}
+        leaders = {"a": 1.0 if t < 200 else None, "b": 0.0 if t < 200 else 1.0}
+        rss = {"a": 120 if t < 200 else None, "b": kb["b"], **({"c": 90} if t >= 200 else {})}
+        samples.append({"t": float(t), "rss_kb": rss, "leaders": leaders})
+    b, c = chaos.operators_rss(samples)
+    assert (b["operator"], b["role"], b["since_s"], b["at_s"]) == ("b", "leader", 200.0, 500.0)
+    assert b["growth"] == pytest.approx(0.0)  # 152 at 500 s and at the end; +52% from 300 s
+    assert (c["operator"], c["role"], c["since_s"], c["at_s"]) == ("c", "standby", 200.0, 500.0)
+    assert "a" not in {r["operator"] for r in chaos.operators_rss(samples)}

@@ -23,8 +23,9 @@ of the deleted node, the ones in flight when their server went down apart from t
 the seconds until every 5 s window again has its p99 within the SLO and no failure, when
 status and children were consistent again (Ready, not Degraded, the Deployment's count = its
 ready pods = the last decision's), and, over the run, decisions against `Tuned` Events (an
-Event more than decisions = a decision applied twice) and the standby operator's RSS at
-minute 5 and at the end.
+Event more than decisions = a decision applied twice) and each operator's RSS from five
+minutes after it took the role it ends the run in (a new leader first grows to a leader's
+working set) to the end.
 """
 
 from __future__ import annotations
@@ -156,6 +157,11 @@ def failures(
     return out
 
 
+# RSS growth is judged from this long after an operator took the role it ends in (started
+# as a standby, or became the leader): a new leader first grows to a leader's working set.
+SETTLE_S = 300.0
+
+
 def rss_growth(samples: list[dict[str, Any]], name: str, at_s: float) -> dict[str, Any]:
     """`name`'s RSS at `at_s` (the first sample from then) and at its last sample. Pure."""
     seen = [(s["t"], s["rss_kb"][name]) for s in samples if s.get("rss_kb", {}).get(name)]
@@ -164,6 +170,31 @@ def rss_growth(samples: list[dict[str, Any]], name: str, at_s: float) -> dict[st
         return {"operator": name, "at_s": None, "start_kb": None, "end_kb": None, "growth": None}
     (t0, r0), (_, r1) = later[0], seen[-1]
     return {"operator": name, "at_s": t0, "start_kb": r0, "end_kb": r1, "growth": r1 / r0 - 1}
+
+
+def role_since(samples: list[dict[str, Any]], name: str) -> tuple[str, float | None]:
+    """The role `name` ends the run in ("leader" or "standby") and since when it has held
+    it (its first sample, for a standby). Pure."""
+    seen = [s for s in samples if (s.get("rss_kb") or {}).get(name)]
+    since: float | None = None
+    for s in seen:
+        leads = (s.get("leaders") or {}).get(name) == 1.0
+        since = (since if since is not None else s["t"]) if leads else None
+    if since is not None:
+        return "leader", since
+    return "standby", seen[0]["t"] if seen else None
+
+
+def operators_rss(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For every operator alive at the end: its RSS growth from SETTLE_S after it took the
+    role it ends in (and not before minute 5 of the run) to its last sample. Pure."""
+    last = next((s["rss_kb"] for s in reversed(samples) if s.get("rss_kb")), {})
+    rows = []
+    for name in sorted(k for k, v in last.items() if v):
+        role, since = role_since(samples, name)
+        at_s = max(SETTLE_S, (since or 0.0) + SETTLE_S)
+        rows.append({**rss_growth(samples, name, at_s), "role": role, "since_s": since})
+    return rows
 
 
 def beyond_in_flight(row: dict[str, Any]) -> int:
@@ -180,7 +211,6 @@ def judge(
     end_s: float,
     decisions: int,
     tuned_events: int,
-    standby: str,
 ) -> dict[str, Any]:
     """Every figure of the report from what the run recorded (times from the load's start).
     Pure."""
@@ -204,7 +234,7 @@ def judge(
                 "reconciled_met": rec is not None and rec <= RECONCILE_TARGET_S,
             }
         )
-    rss = rss_growth(samples, standby, 300.0)
+    rss = operators_rss(samples)
     return {
         "faults": rows,
         "decisions": decisions,
@@ -214,7 +244,8 @@ def judge(
         "targets": {
             "failed_beyond_in_flight": sum(beyond_in_flight(r) for r in rows),
             "applied_twice": max(0, tuned_events - decisions),
-            "rss_growth_met": rss["growth"] is not None and rss["growth"] <= RSS_GROWTH_TARGET,
+            "rss_growth_met": bool(rss)
+            and all(r["growth"] is not None and r["growth"] <= RSS_GROWTH_TARGET for r in rss),
             "reconciled_within_60s": all(r["reconciled_met"] for r in rows),
         },
     }
@@ -247,14 +278,24 @@ def markdown(prov: str, result: dict[str, Any], setup: str) -> str:
             f"| {r['name']} | {r['t']:.0f} | {r['requests']:,} | {r['failed']}{in_flight} | "
             f"{r['refused']} | {r['recovered_s']:.0f} | {sec(r['reconciled_s'])} |"
         )
-    t, rss = result["targets"], result["rss"]
-    growth = "-" if rss["growth"] is None else f"{rss['growth']:+.1%}"
+    t = result["targets"]
+
+    def growth(r: dict[str, Any]) -> str:
+        return "-" if r["growth"] is None else f"{r['growth']:+.1%}"
+
+    def at(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0f}"
+
     lines += [
         "",
         f"- decisions (status.lastDecision) {result['decisions']}, `Tuned` Events "
         f"{result['tuned_events']}: {result['applied_twice']} applied twice",
-        f"- the standby operator's RSS ({rss['operator']}): {rss['start_kb']} kB at "
-        f"{rss['at_s']} s, {rss['end_kb']} kB at the end ({growth})",
+        *(
+            f"- operator {r['operator']}'s RSS, {r['role']} since {at(r['since_s'])} s: "
+            f"{r['start_kb']} kB at {at(r['at_s'])} s ({SETTLE_S / 60:g} min after), "
+            f"{r['end_kb']} kB at the end ({growth(r)})"
+            for r in result["rss"]
+        ),
         "",
         "Targets (issue 27):",
         f"- failed requests beyond the killed pod's in-flight ones: "
@@ -262,7 +303,8 @@ def markdown(prov: str, result: dict[str, Any], setup: str) -> str:
         f"{'met' if t['failed_beyond_in_flight'] == 0 else 'not met'})",
         f"- decisions applied twice: {t['applied_twice']} (target 0: "
         f"{'met' if t['applied_twice'] == 0 else 'not met'})",
-        f"- operator RSS growth from minute 5 to the end: {growth} (target <= 5%: "
+        f"- operator RSS growth from {SETTLE_S / 60:g} min in its role to the end: "
+        f"{', '.join(growth(r) for r in result['rss']) or '-'} (target <= 5%: "
         f"{'met' if t['rss_growth_met'] else 'not met'})",
         f"- reconciled within 60 s of each fault: "
         f"{'met' if t['reconciled_within_60s'] else 'not met'}",
