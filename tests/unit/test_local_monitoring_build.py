@@ -124,6 +124,17 @@ def test_kube_access_and_the_prometheus_resource(tmp_path: Path) -> None:
     )
     spec = resource["spec"]
     assert spec["podMonitorSelector"] == {"matchLabels": {"release": "x"}}
+    assert "podMonitorNamespaceSelector" not in spec  # its own namespace only
+    # The local stack's: every PodMonitor in every namespace, watched by an unscoped operator.
+    every = promoperator.prometheus_resource(
+        "local", "m", access, pod_monitor_labels={}, version="v3.16.0", every_namespace=True
+    )["spec"]
+    assert every["podMonitorSelector"] == {"matchLabels": {}}
+    assert every["podMonitorNamespaceSelector"] == {}
+    unscoped = promoperator.PrometheusOperator(Path("op"), kubeconfig, [], tmp_path).command()
+    scoped = promoperator.PrometheusOperator(Path("op"), kubeconfig, ["a", "b"], tmp_path)
+    assert not any(a.startswith("--namespaces") for a in unscoped)
+    assert "--namespaces=a,b" in scoped.command()
     assert spec["apiserverConfig"]["tlsConfig"] == {
         "caFile": "ca",
         "certFile": "crt",

@@ -31,6 +31,7 @@ import yaml
 from batchop_dev.local import build, versions
 from batchop_dev.local.prometheus import PrometheusError, PrometheusServer, free_port
 from batchop_dev.local.promoperator import (
+    CONFIG_KEY,
     PrometheusOperator,
     config_bytes,
     expand_config,
@@ -42,7 +43,8 @@ log = logging.getLogger("batchop.monitoring")
 
 NAMESPACE = "batchop-monitoring"
 NAME = "local"
-# How often the Secret is read, as a kubelet refreshes a secret volume (it takes ~1 min).
+# How often the Secret is read: a new model's PodMonitor is scraped seconds after it is
+# created (a kubelet refreshes a secret volume within about a minute).
 SYNC_S = 1.0
 # The operator's CRDs this stack waits for before it starts the operator.
 SERVED = ("podmonitors", "servicemonitors", "prometheuses")
@@ -75,8 +77,8 @@ class OperatedPrometheus:
         self.operator: PrometheusOperator | None = None
         self.server: PrometheusServer | None = None
         self.extra_jobs: list[dict[str, Any]] = []
-        self.reloads = 0
-        self.sync_errors: list[str] = []
+        self.sync_errors = 0  # failed reads or reloads of the generated config, retried
+        self._lock = threading.Lock()  # one reconfiguration at a time
         self._version: str | None = None
         self._reloader_env: dict[str, str] | None = None
         self._stop = threading.Event()
@@ -175,8 +177,9 @@ class OperatedPrometheus:
         if self.server is None:
             raise PrometheusError("add_service_monitor needs the stack's Prometheus running")
         jobs = service_monitor_jobs(monitor, service, pod_discovery(self.kubeconfig, service))
-        self.extra_jobs += jobs
-        self.server.reconfigure(self.server.config)
+        with self._lock:
+            self.extra_jobs += jobs
+            self.server.reconfigure(self.server.config)
         return [job["job_name"] for job in jobs]
 
     # --- the operator's configuration, delivered as a pod would get it --------------------
@@ -212,7 +215,7 @@ class OperatedPrometheus:
             if exc.status == 404:
                 return None
             raise
-        if not (secret.data or {}).get("prometheus.yaml.gz"):
+        if not (secret.data or {}).get(CONFIG_KEY):
             return None
         return str(secret.metadata.resource_version), config_bytes({"data": secret.data})
 
@@ -255,13 +258,15 @@ class OperatedPrometheus:
                 got = self._read()
                 if got is None or got[0] == self._version:
                     continue
+                server = self.server
+                if server is None or server.process is None:
+                    continue  # stopped or restarting: next time
                 config = self._expanded(got[1])
-                if self.server is not None and self.server.process is not None:
-                    self.server.reconfigure(config)
-                    self.reloads += 1
+                with self._lock:
+                    server.reconfigure(config)  # a restart in between starts on it too
                 self._version = got[0]
             except Exception as exc:  # keep the last good config and try again
-                self.sync_errors.append(f"{type(exc).__name__}: {exc}")
+                self.sync_errors += 1
                 log.warning("prometheus config sync: %s", exc)
 
     # --- the cluster side ------------------------------------------------------------------
