@@ -89,11 +89,6 @@ class OperatedPrometheus:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def process(self) -> subprocess.Popen[bytes] | None:
-        """The Prometheus server's process (None when stopped)."""
-        return self.server.process if self.server is not None else None
-
     # --- lifecycle -----------------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> OperatedPrometheus:
         try:
@@ -163,11 +158,6 @@ class OperatedPrometheus:
         if self.server is None:
             raise PrometheusError("active_targets: the stack's Prometheus is not running")
         return self.server.active_targets()
-
-    def dropped_targets(self) -> list[dict[str, Any]]:
-        if self.server is None:
-            raise PrometheusError("dropped_targets: the stack's Prometheus is not running")
-        return self.server.dropped_targets()
 
     def add_service_monitor(self, monitor: dict[str, Any], service: dict[str, Any]) -> list[str]:
         """Scrape what a ServiceMonitor selects, through its pods (the hand translation of
